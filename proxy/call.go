@@ -1,0 +1,542 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"taskgate/config"
+	"taskgate/guard"
+	"taskgate/limits"
+	"taskgate/tasks"
+	"taskgate/trim"
+)
+
+// Hostile-input bounds (documented in the README).
+const (
+	maxJSONDepth = 64
+	maxMessages  = 10000
+	maxParts     = 1000
+	leaseMargin  = 30 * time.Second
+)
+
+// call is the state of one client call along the path.
+type call struct {
+	s     *Server
+	st    *state
+	rt    *route
+	id    string
+	start time.Time
+
+	key    *tasks.Key
+	task   *tasks.Task
+	user   string
+	source string
+	model  string // the body's model as sent by the client
+
+	body             []byte // the body to forward (trimmed, instruction added)
+	stream           bool
+	clientWantsUsage bool
+	needs            tasks.Needs
+	endpoints        []*upstream // qualifying, preferred first
+	trimmed          int
+	tokenizer        string // the first qualifying endpoint's
+	promptTokens     int64
+	estMoney         int64 // the reserved money estimate, micro-dollars
+	images           int64 // images asked for (images route)
+
+	decision  limits.Decision
+	hold      *limits.Hold
+	anomalies []string
+	events    []limits.Event
+
+	// outcome
+	served     *upstream
+	failedOver bool
+	status     int
+	code       string
+	in, out    int64 // actual usage
+	haveUsage  bool
+	flagged    bool
+	failed     bool // upstream failed: refund tokens and money
+	settled    bool
+}
+
+// handler returns the fiber handler for a route.
+func (s *Server) handler(rt *route) fiber.Handler {
+	return func(fc *fiber.Ctx) error {
+		c := &call{s: s, st: s.state.Load(), rt: rt, id: s.newRequestID(), start: time.Now()}
+		fc.Set("x-request-id", c.id)
+		if e := c.prepare(fc); e != nil {
+			return c.refuse(fc, e)
+		}
+		return c.forward(fc)
+	}
+}
+
+// prepare runs every step before forwarding: auth, identify, needs, trim,
+// reserve. An error it returns is answered as is; nothing was counted
+// unless a hold exists (which refuse settles).
+func (c *call) prepare(fc *fiber.Ctx) *apiError {
+	reg := c.st.reg
+	c.key = reg.Authenticate(bearer(fc))
+	if c.key == nil {
+		return newError(401, "invalid_api_key", "missing or invalid API key: send Authorization: Bearer <key>")
+	}
+	body := fc.Body()
+	if e := checkBody(body); e != nil {
+		return e
+	}
+	m := gjson.GetBytes(body, "model")
+	if m.Exists() && m.Type != gjson.String {
+		return invalidRequest("model", "model must be a string")
+	}
+	c.model = m.Str
+	if st := gjson.GetBytes(body, "stream"); st.Exists() {
+		if st.Type != gjson.True && st.Type != gjson.False {
+			return invalidRequest("stream", "stream must be a boolean")
+		}
+		c.stream = st.Type == gjson.True && c.rt.streams
+	}
+	if c.stream {
+		c.clientWantsUsage = gjson.GetBytes(body, "stream_options.include_usage").Type == gjson.True
+	}
+
+	// Task.
+	if e := c.identifyTask(fc); e != nil {
+		return e
+	}
+	if !c.task.Enabled {
+		return newError(403, "task_disabled", "task "+c.task.Key+" is disabled")
+	}
+	// User and source.
+	if e := c.identifyUser(fc, body); e != nil {
+		return e
+	}
+	if c.user == "" && c.task.RequireUser {
+		return &apiError{Status: 400, Code: "user_required", Message: "task " + c.task.Key + " requires a user: send X-Taskgate-User, safety_identifier or user", NoRetry: true}
+	}
+	if src := fc.Get("X-Taskgate-Source"); src != "" {
+		c.source = strings.Clone(src)
+	} else {
+		c.source = c.key.Source
+	}
+
+	// Needs.
+	if e := c.routeChecks(body); e != nil {
+		return e
+	}
+	c.needs = c.task.Declared
+	if c.rt.detect != nil {
+		c.needs |= c.rt.detect(body)
+	}
+	eps, missing := c.task.Qualifying(c.needs)
+	if missing != 0 {
+		for _, n := range missing.Names() {
+			c.s.m.CapabilityRefusals.WithLabelValues(c.task.Key, n).Inc()
+		}
+		return &apiError{Status: 400, Code: "missing_capability", NoRetry: true,
+			Message: "no endpoint of task " + c.task.Key + " can serve this call: it needs " + missing.String()}
+	}
+	if c.model != "" && c.model != c.task.Key {
+		eps = tasks.Prefer(eps, c.model)
+	}
+	if c.needs&tasks.JSON != 0 && eps[0].Capabilities&tasks.JSON == 0 {
+		c.s.m.SoftNeedsUnmet.WithLabelValues(c.task.Key, config.NeedJSON).Inc()
+	}
+	c.endpoints = make([]*upstream, 0, len(eps))
+	for _, ep := range eps {
+		if up := c.st.upstreams[ep.Name]; up != nil {
+			c.endpoints = append(c.endpoints, up)
+		}
+	}
+	c.tokenizer = eps[0].Tokenizer
+
+	// Self-flag instruction, then trim and count.
+	c.body = body
+	if c.task.SelfFlag {
+		var err error
+		switch c.rt {
+		case routeChat:
+			c.body, err = guard.InjectChat(c.body, c.task.Purpose)
+		case routeResponses:
+			c.body, err = guard.InjectResponses(c.body, c.task.Purpose)
+		}
+		if err != nil {
+			return invalidRequest("", "cannot add the task's instruction: "+err.Error())
+		}
+	}
+	if e := c.count(eps); e != nil {
+		return e
+	}
+
+	// Source anomaly: signalled, never blocking.
+	if !guard.SourceExpected(c.task.Sources, c.source) {
+		c.anomaly(guard.KindSource, map[string]any{"source": c.source, "expected": c.task.Sources})
+	}
+	return c.reserve(eps)
+}
+
+// identifyTask resolves the task per DESIGN §3.
+func (c *call) identifyTask(fc *fiber.Ctx) *apiError {
+	reg := c.st.reg
+	if h := fc.Get("X-Taskgate-Task"); h != "" {
+		t := reg.Task(h)
+		if t == nil {
+			return newError(404, "unknown_task", "unknown task "+quote(h)+" (X-Taskgate-Task)")
+		}
+		c.task = t
+	} else if t := reg.Task(c.model); c.model != "" && t != nil {
+		c.task = t
+	} else if c.key.Only != nil {
+		c.task = c.key.Only
+	} else if c.model != "" && looksLikeTask(c.model) {
+		return newError(404, "unknown_task", "unknown task "+quote(c.model)+" (model)")
+	} else {
+		return &apiError{Status: 400, Code: "task_required", Message: "name a task: set model to a task key or send X-Taskgate-Task", Param: "model"}
+	}
+	if !c.key.MayCall(c.task.Key) {
+		return newError(403, "task_not_allowed", "this key may not call task "+c.task.Key)
+	}
+	return nil
+}
+
+// looksLikeTask reports whether a model name is shaped like a task key
+// (lowercase words joined by dots), so an unknown one is reported as such.
+func looksLikeTask(s string) bool {
+	if !strings.Contains(s, ".") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// identifyUser resolves the user: the key's fixed user, else the header,
+// else safety_identifier, else user.
+func (c *call) identifyUser(fc *fiber.Ctx, body []byte) *apiError {
+	if c.key.User != "" {
+		c.user = c.key.User
+		return nil
+	}
+	if h := fc.Get("X-Taskgate-User"); h != "" {
+		c.user = strings.Clone(h)
+		return nil
+	}
+	for _, f := range []string{"safety_identifier", "user"} {
+		v := gjson.GetBytes(body, f)
+		if !v.Exists() || v.Type == gjson.Null {
+			continue
+		}
+		if v.Type != gjson.String {
+			return invalidRequest(f, f+" must be a string")
+		}
+		if v.Str != "" {
+			c.user = v.Str
+			return nil
+		}
+	}
+	return nil
+}
+
+// routeChecks checks the shape of the fields the route relies on.
+func (c *call) routeChecks(body []byte) *apiError {
+	switch c.rt {
+	case routeChat:
+		msgs := gjson.GetBytes(body, "messages")
+		if !msgs.IsArray() {
+			return invalidRequest("messages", "messages must be an array of message objects")
+		}
+		n := 0
+		var bad *apiError
+		msgs.ForEach(func(_, m gjson.Result) bool {
+			if !m.IsObject() {
+				bad = invalidRequest("messages", "each message must be an object")
+				return false
+			}
+			if parts := m.Get("content"); parts.IsArray() && len(parts.Raw) > 0 {
+				k := 0
+				parts.ForEach(func(_, _ gjson.Result) bool { k++; return k <= maxParts })
+				if k > maxParts {
+					bad = invalidRequest("messages", "a message has more than 1000 content parts")
+					return false
+				}
+			}
+			n++
+			return n <= maxMessages
+		})
+		if bad != nil {
+			return bad
+		}
+		if n > maxMessages {
+			return invalidRequest("messages", "more than 10000 messages")
+		}
+		if n == 0 {
+			return invalidRequest("messages", "messages must not be empty")
+		}
+	case routeEmbeddings:
+		if !gjson.GetBytes(body, "input").Exists() {
+			return invalidRequest("input", "input is required")
+		}
+	case routeCompletions:
+		if !gjson.GetBytes(body, "prompt").Exists() {
+			return invalidRequest("prompt", "prompt is required")
+		}
+	case routeResponses:
+		if !gjson.GetBytes(body, "input").Exists() && !gjson.GetBytes(body, "previous_response_id").Exists() {
+			return invalidRequest("input", "input is required")
+		}
+	case routeImages:
+		p := gjson.GetBytes(body, "prompt")
+		if p.Type != gjson.String {
+			return invalidRequest("prompt", "prompt must be a string")
+		}
+		c.images = 1
+		if n := gjson.GetBytes(body, "n"); n.Exists() {
+			if n.Type != gjson.Number || n.Int() < 1 || n.Int() > 128 {
+				return invalidRequest("n", "n must be an integer from 1 to 128")
+			}
+			c.images = n.Int()
+		}
+	}
+	for _, f := range c.rt.maxOutput {
+		if v := gjson.GetBytes(body, f); v.Exists() && v.Type != gjson.Null && (v.Type != gjson.Number || v.Int() < 0) {
+			return invalidRequest(f, f+" must be a non-negative integer")
+		}
+	}
+	return nil
+}
+
+// count trims a chat history to fit every qualifying endpoint and counts the
+// prompt; other routes are counted only.
+func (c *call) count(eps []*tasks.Endpoint) *apiError {
+	if c.rt == routeChat {
+		budgets := make([]trim.Budget, len(eps))
+		callMax := c.rt.outputMax(c.body)
+		for i, ep := range eps {
+			reserve := int64(c.task.Trim.ReserveOutput)
+			if callMax > 0 {
+				reserve = callMax
+			}
+			if reserve > int64(ep.MaxOutputTokens) {
+				reserve = int64(ep.MaxOutputTokens)
+			}
+			budgets[i] = trim.Budget{Tokenizer: ep.Tokenizer, ContextWindow: ep.ContextWindow, ReserveOutput: int(reserve)}
+		}
+		res, err := trim.Chat(c.body, budgets, trim.Options{
+			Enabled:                c.task.Trim.Enabled,
+			AttachmentsShare:       c.task.Trim.AttachmentsShare,
+			DropEarlierToolResults: c.task.Trim.DropEarlierToolResults,
+		})
+		if err != nil {
+			var inv *trim.InvalidError
+			if errors.As(err, &inv) {
+				return invalidRequest(inv.Param, inv.Message)
+			}
+			if errors.Is(err, trim.ErrContextLength) {
+				return &apiError{Status: 400, Code: "context_length_exceeded", NoRetry: true, Param: "messages", Message: err.Error()}
+			}
+			return invalidRequest("messages", err.Error())
+		}
+		c.body = res.Body
+		c.trimmed = res.Dropped
+		c.promptTokens = int64(res.PromptTokens)
+		if res.Dropped > 0 {
+			c.s.m.TrimmedMessages.WithLabelValues(c.task.Key).Add(float64(res.Dropped))
+		}
+		return nil
+	}
+	if c.rt.count != nil {
+		n, err := c.rt.count(c.tokenizer, c.body)
+		if err != nil {
+			var inv *trim.InvalidError
+			if errors.As(err, &inv) {
+				return invalidRequest(inv.Param, inv.Message)
+			}
+			return invalidRequest("", err.Error())
+		}
+		c.promptTokens = int64(n)
+	}
+	return nil
+}
+
+// reserve estimates the call and reserves it in one store round trip.
+func (c *call) reserve(eps []*tasks.Endpoint) *apiError {
+	est := limits.Usage{InputTokens: c.promptTokens}
+	var lease time.Duration
+	for _, ep := range eps {
+		out := int64(0)
+		if !c.rt.noOutput {
+			out = c.rt.outputMax(c.body)
+			if out == 0 {
+				out = c.task.EstimateOutput(ep)
+			}
+		}
+		cost := ep.Price.CostMicros(c.promptTokens, out)
+		if c.rt == routeImages {
+			cost = ep.Price.ImageCostMicros(c.images)
+		}
+		// The dearest qualifying endpoint bounds the estimate, so a failover
+		// never spends more than was reserved.
+		if out > est.OutputTokens {
+			est.OutputTokens = out
+		}
+		if cost > est.Money {
+			est.Money = cost
+		}
+		if ep.Timeout > lease {
+			lease = ep.Timeout
+		}
+	}
+	lease = lease*time.Duration(len(eps)) + leaseMargin
+	t0 := time.Now()
+	d, err := c.s.lim.Reserve(context.Background(), limits.Call{
+		RequestID: c.id, Task: c.task, User: c.user, Estimate: est, Lease: lease, Now: c.start,
+	})
+	c.s.m.StoreDuration.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
+	if err != nil {
+		c.s.m.StoreErrors.WithLabelValues("reserve").Inc()
+		c.s.log.Error("reserve failed", "request_id", c.id, "task", c.task.Key, "err", err)
+		return &apiError{Status: 503, Code: "store_unavailable", Message: "the limits store cannot be reached; try again shortly", RetryAfterRaw: "1"}
+	}
+	c.decision = d
+	for _, r := range d.TaskRatios {
+		c.s.m.LimitUsageRatio.WithLabelValues(c.task.Key, r.Unit, r.Period).Set(r.Ratio)
+	}
+	if d.Blocked != nil {
+		return &apiError{Status: 403, Code: "blocked", NoRetry: true, Message: guard.BlockMessage(d.Blocked.Reason, c.task.Private)}
+	}
+	if r := d.Refusal; r != nil {
+		c.s.m.LimitRefusals.WithLabelValues(c.task.Key, r.Window.Scope, r.Window.Unit, r.Window.Period).Inc()
+		wait := r.Window.End.Sub(c.start)
+		if wait < time.Millisecond {
+			wait = time.Millisecond
+		}
+		unit := r.Window.Unit
+		limit, used := formatAmount(unit, r.Limit), formatAmount(unit, r.Used)
+		who := "task " + c.task.Key
+		if r.Window.Scope == config.ScopeUser {
+			who = "user " + quote(c.user) + " in task " + c.task.Key
+		}
+		return &apiError{Status: 429, Code: "limit_exceeded",
+			Message:      "limit exceeded: " + r.Window.Scope + " " + unit + " per " + r.Window.Period + " for " + who + " is " + limit + " and " + used + " is used; the window resets at " + r.Window.End.UTC().Format(time.RFC3339),
+			RetryAfterMs: wait.Milliseconds() + 1, NoRetry: wait > time.Minute}
+	}
+	c.hold = d.Hold
+	c.estMoney = est.Money
+	if c.task.MaxCallsPerHour > 0 && c.user != "" && guard.CallsPerHourExceeded(c.task.MaxCallsPerHour, d.CallsLastHour) {
+		c.anomaly(guard.KindCallsPerHour, map[string]any{"calls_last_hour": d.CallsLastHour, "max": c.task.MaxCallsPerHour})
+	}
+	return nil
+}
+
+// formatAmount renders a limit amount: money as dollars, others as integers.
+func formatAmount(unit string, v int64) string {
+	if unit == config.UnitMoney {
+		return "$" + config.FormatMicros(v)
+	}
+	return itoa(v)
+}
+
+// anomaly signals an anomaly now (metric, log) and keeps its event for the
+// settlement's round trip.
+func (c *call) anomaly(kind string, detail map[string]any) {
+	c.anomalies = append(c.anomalies, kind)
+	c.s.m.Anomalies.WithLabelValues(c.task.Key, kind).Inc()
+	guard.LogAnomaly(c.s.log, kind, c.task.Key, c.user, c.source, c.id, detail)
+	c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "anomaly", Task: c.task.Key, User: c.user, Source: c.source, RequestID: c.id,
+		Detail: mergeDetail(map[string]any{"kind": kind}, detail)})
+}
+
+func mergeDetail(a, b map[string]any) map[string]any {
+	for k, v := range b {
+		a[k] = v
+	}
+	return a
+}
+
+// bearer returns the bearer token of the Authorization header.
+func bearer(fc *fiber.Ctx) []byte {
+	h := fc.Request().Header.Peek(fiber.HeaderAuthorization)
+	if len(h) > 7 && strings.EqualFold(string(h[:7]), "bearer ") {
+		return bytes.TrimSpace(h[7:])
+	}
+	return nil
+}
+
+// checkBody refuses bodies that are empty, not UTF-8, nested too deeply or
+// not a JSON object.
+func checkBody(body []byte) *apiError {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return invalidRequest("", "the request body is empty; send a JSON object")
+	}
+	if !utf8.Valid(body) {
+		return invalidRequest("", "the request body is not valid UTF-8")
+	}
+	if depthExceeds(body, maxJSONDepth) {
+		return invalidRequest("", "the request body nests JSON deeper than 64 levels")
+	}
+	if !gjson.ValidBytes(body) {
+		return invalidRequest("", "the request body is not valid JSON")
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); b[0] != '{' {
+		return invalidRequest("", "the request body must be a JSON object")
+	}
+	return nil
+}
+
+// depthExceeds reports whether JSON nesting passes max, skipping strings.
+func depthExceeds(b []byte, max int) bool {
+	depth := 0
+	inStr := false
+	for i := 0; i < len(b); i++ {
+		ch := b[i]
+		if inStr {
+			if ch == '\\' {
+				i++
+			} else if ch == '"' {
+				inStr = false
+			}
+			continue
+		}
+		switch ch {
+		case '"':
+			inStr = true
+		case '{', '[':
+			depth++
+			if depth > max {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
+}
+
+// setModel replaces the body's model with the endpoint's.
+func setModel(body []byte, model string) []byte {
+	out, err := sjson.SetBytes(body, "model", model)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+func quote(s string) string {
+	if len(s) > 80 {
+		s = s[:80] + "…"
+	}
+	return `"` + s + `"`
+}

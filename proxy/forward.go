@@ -1,0 +1,352 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
+
+	"taskgate/config"
+	"taskgate/guard"
+)
+
+// tryResult is how one upstream try ended.
+type tryResult struct {
+	kind       string // "" success or pass-through; else a failure kind
+	status     int
+	retryAfter string
+}
+
+// forward sends the call to its endpoints in order until one answers, and
+// answers the client.
+func (c *call) forward(fc *fiber.Ctx) error {
+	var last tryResult
+	allOpen, allTimeout := true, true
+	for i, up := range c.endpoints {
+		if i > 0 {
+			c.failedOver = true
+		}
+		done, err := up.breaker.Allow()
+		if err != nil {
+			last = tryResult{kind: kindOpen}
+			allTimeout = false
+			c.s.m.UpstreamErrors.WithLabelValues(up.ep.Name, kindOpen).Inc()
+			if i < len(c.endpoints)-1 {
+				c.s.m.Failovers.WithLabelValues(up.ep.Name, kindOpen).Inc()
+			}
+			continue
+		}
+		allOpen = false
+		req := fasthttp.AcquireRequest()
+		resp := fasthttp.AcquireResponse()
+		c.buildRequest(req, up)
+		if c.stream {
+			resp.StreamBody = true
+		}
+		t0 := time.Now()
+		err = up.client.DoDeadline(req, resp, t0.Add(up.ep.Timeout))
+		fasthttp.ReleaseRequest(req)
+		if err != nil {
+			kind := classifyErr(err)
+			done(err)
+			fasthttp.ReleaseResponse(resp)
+			c.s.m.UpstreamErrors.WithLabelValues(up.ep.Name, kind).Inc()
+			c.s.log.Warn("upstream try failed", "request_id", c.id, "endpoint", up.ep.Name, "kind", kind, "err", err)
+			if kind != kindTimeout {
+				allTimeout = false
+			}
+			last = tryResult{kind: kind}
+			if i < len(c.endpoints)-1 {
+				c.s.m.Failovers.WithLabelValues(up.ep.Name, kind).Inc()
+			}
+			continue
+		}
+		c.s.m.UpstreamTTFB.WithLabelValues(up.ep.Name).Observe(time.Since(t0).Seconds())
+		status := resp.StatusCode()
+		kind := statusKind(status)
+		if kind == "" {
+			done(nil)
+			c.served = up
+			c.status = status
+			if status >= 300 {
+				// The caller's fault (400, 404, 413, 422 …): pass it through, no failover.
+				return c.passThrough(fc, resp)
+			}
+			if c.stream {
+				return c.relay(fc, resp)
+			}
+			return c.answer(fc, resp)
+		}
+		if kind == kindStatus429 {
+			done(nil) // a rate limit is not the endpoint being broken
+		} else {
+			done(errUpstreamStatus)
+		}
+		allTimeout = allTimeout && kind == kindStatus408
+		last = tryResult{kind: kind, status: status, retryAfter: string(resp.Header.Peek("Retry-After"))}
+		if kind == kindAuth {
+			c.s.log.Error("upstream refused the gateway's key for this endpoint", "request_id", c.id, "endpoint", up.ep.Name, "status", status)
+		}
+		c.s.m.UpstreamErrors.WithLabelValues(up.ep.Name, kind).Inc()
+		if i < len(c.endpoints)-1 {
+			c.s.m.Failovers.WithLabelValues(up.ep.Name, kind).Inc()
+		}
+		if c.stream {
+			_ = resp.CloseBodyStream()
+		}
+		fasthttp.ReleaseResponse(resp)
+	}
+	// Every endpoint failed.
+	c.failed = true
+	var e *apiError
+	switch {
+	case last.kind == kindStatus429:
+		e = &apiError{Status: 429, Code: "upstream_rate_limited", Message: "every endpoint of task " + c.task.Key + " is rate limited upstream", RetryAfterRaw: last.retryAfter}
+	case allOpen:
+		e = &apiError{Status: 503, Code: "unavailable", Message: "every endpoint of task " + c.task.Key + " is unavailable (circuit open); try again later"}
+	case allTimeout:
+		e = &apiError{Status: 504, Code: "upstream_timeout", Message: "every endpoint of task " + c.task.Key + " timed out"}
+	default:
+		e = &apiError{Status: 502, Code: "upstream_error", Message: "every endpoint of task " + c.task.Key + " failed (last: " + last.kind + ")"}
+	}
+	if len(c.endpoints) > 0 {
+		c.served = c.endpoints[len(c.endpoints)-1]
+	}
+	return c.refuse(fc, e)
+}
+
+// statusKind classifies an upstream status: "" for an answer to pass on
+// (2xx, and the caller's own 4xx), else the failure kind that fails over.
+func statusKind(status int) string {
+	switch {
+	case status == 401 || status == 403:
+		return kindAuth
+	case status == 408:
+		return kindStatus408
+	case status == 429:
+		return kindStatus429
+	case status >= 500:
+		return kindStatus5xx
+	}
+	return ""
+}
+
+// buildRequest fills the upstream request: the endpoint's URL, key, model
+// and headers; the client's key and X-Taskgate-* headers are never sent.
+func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(up.uri(c.rt.path))
+	req.Header.SetContentType("application/json")
+	if up.auth != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, up.auth)
+	}
+	for k, v := range up.ep.Headers {
+		req.Header.Set(k, v)
+	}
+	body := setModel(c.body, up.ep.Model)
+	if c.stream {
+		req.Header.Set("Accept", "text/event-stream")
+		if c.rt.includeUsage && !c.clientWantsUsage {
+			if b, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
+				body = b
+			}
+		}
+	}
+	req.SetBodyRaw(body)
+}
+
+// answer relays a plain 2xx answer, settling with its usage.
+func (c *call) answer(fc *fiber.Ctx, resp *fasthttp.Response) error {
+	defer fasthttp.ReleaseResponse(resp)
+	body := resp.Body()
+	c.readUsage(body)
+	if c.rt == routeResponses {
+		if id := gjson.GetBytes(body, "id").Str; id != "" {
+			c.s.rememberResponse(id, c.served.ep.Name)
+		}
+	}
+	if c.task.SelfFlag {
+		body = c.stripPlain(body)
+	}
+	c.setHeaders(fc)
+	fc.Set("X-Taskgate-Cost", config.FormatMicros(c.cost()))
+	fc.Set(fiber.HeaderContentType, contentType(resp, "application/json"))
+	fc.Status(c.status)
+	fc.Response().SetBody(body) // copies
+	c.finish()
+	return nil
+}
+
+// passThrough relays an upstream 4xx unchanged and ends the call.
+func (c *call) passThrough(fc *fiber.Ctx, resp *fasthttp.Response) error {
+	defer fasthttp.ReleaseResponse(resp)
+	var body []byte
+	if c.stream {
+		body, _ = readAllLimited(resp, 1<<20)
+		_ = resp.CloseBodyStream()
+	} else {
+		body = resp.Body()
+	}
+	c.readUsage(body)
+	c.code = "upstream_" + strconv.Itoa(c.status)
+	c.setHeaders(fc)
+	if ra := resp.Header.Peek("Retry-After"); len(ra) > 0 {
+		fc.Set("retry-after", string(ra))
+	}
+	fc.Set(fiber.HeaderContentType, contentType(resp, "application/json"))
+	fc.Status(c.status)
+	fc.Response().SetBody(body)
+	c.finish()
+	return nil
+}
+
+// readUsage takes the usage of a plain answer.
+func (c *call) readUsage(body []byte) {
+	if c.rt == routeImages {
+		if d := gjson.GetBytes(body, "data"); d.IsArray() {
+			c.images = int64(len(d.Array()))
+			c.haveUsage = true
+		}
+		return
+	}
+	u := gjson.GetBytes(body, "usage")
+	if !u.IsObject() {
+		return
+	}
+	c.in = gjson.GetBytes(body, c.rt.usageIn).Int()
+	c.out = gjson.GetBytes(body, c.rt.usageOut).Int()
+	c.haveUsage = true
+}
+
+// stripPlain removes the self-flag marker from a plain answer's text.
+func (c *call) stripPlain(body []byte) []byte {
+	path := c.rt.textPath
+	if c.rt == routeResponses {
+		path = responsesTextPath(body)
+	}
+	if path == "" {
+		return body
+	}
+	text := gjson.GetBytes(body, path)
+	if text.Type != gjson.String {
+		return body
+	}
+	stripped, flagged := guard.StripMarker(text.Str)
+	if !flagged {
+		return body
+	}
+	c.flagged = true
+	if b, err := sjson.SetBytes(body, path, stripped); err == nil {
+		return b
+	}
+	return body
+}
+
+// responsesTextPath finds the first output_text of a Responses answer.
+func responsesTextPath(body []byte) string {
+	out := gjson.GetBytes(body, "output")
+	path := ""
+	out.ForEach(func(i, item gjson.Result) bool {
+		if item.Get("type").Str != "message" {
+			return true
+		}
+		item.Get("content").ForEach(func(j, part gjson.Result) bool {
+			if part.Get("type").Str == "output_text" {
+				path = "output." + i.String() + ".content." + j.String() + ".text"
+				return false
+			}
+			return true
+		})
+		return path == ""
+	})
+	return path
+}
+
+// cost is the call's actual cost in micro-dollars on the serving endpoint.
+func (c *call) cost() int64 {
+	if c.served == nil || c.failed {
+		return 0
+	}
+	if c.rt == routeImages {
+		return c.served.ep.Price.ImageCostMicros(c.images)
+	}
+	return c.served.ep.Price.CostMicros(c.in, c.out)
+}
+
+// setHeaders sets the gateway's response headers (task, endpoint, trim,
+// OpenAI rate-limit trios).
+func (c *call) setHeaders(fc *fiber.Ctx) {
+	if c.task != nil {
+		fc.Set("X-Taskgate-Task", c.task.Key)
+	}
+	if c.served != nil {
+		fc.Set("X-Taskgate-Endpoint", c.served.ep.Name)
+	}
+	if c.trimmed > 0 {
+		fc.Set("X-Taskgate-Trimmed", itoa(int64(c.trimmed)))
+	}
+	if t := c.decision.Requests; t != nil {
+		fc.Set("x-ratelimit-limit-requests", itoa(t.Limit))
+		fc.Set("x-ratelimit-remaining-requests", itoa(t.Remaining))
+		fc.Set("x-ratelimit-reset-requests", resetString(t.Reset))
+	}
+	if t := c.decision.Tokens; t != nil {
+		fc.Set("x-ratelimit-limit-tokens", itoa(t.Limit))
+		fc.Set("x-ratelimit-remaining-tokens", itoa(t.Remaining))
+		fc.Set("x-ratelimit-reset-tokens", resetString(t.Reset))
+	}
+}
+
+// resetString renders a duration rounded up to the second: 1s, 6m0s, 20h4m3s.
+func resetString(d time.Duration) string {
+	if d < time.Second {
+		d = time.Second
+	}
+	d = (d + time.Second - 1).Truncate(time.Second)
+	return d.String()
+}
+
+// refuse answers an error; a call that holds a reservation is settled as failed.
+func (c *call) refuse(fc *fiber.Ctx, e *apiError) error {
+	c.status = e.Status
+	c.code = e.Code
+	if c.hold != nil {
+		c.failed = true
+	}
+	c.setHeaders(fc)
+	err := e.write(fc)
+	c.finish()
+	return err
+}
+
+func contentType(resp *fasthttp.Response, def string) string {
+	if ct := resp.Header.ContentType(); len(ct) > 0 {
+		return string(ct)
+	}
+	return def
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// readAllLimited reads a streamed body up to max bytes.
+func readAllLimited(resp *fasthttp.Response, max int) ([]byte, error) {
+	r := resp.BodyStream()
+	if r == nil {
+		return resp.Body(), nil
+	}
+	buf := make([]byte, 0, 4096)
+	for len(buf) < max {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			break
+		}
+	}
+	return buf, nil
+}

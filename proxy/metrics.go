@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds every taskgate metric (DESIGN §8). No metric has a user label.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Requests           *prometheus.CounterVec   // task, endpoint, status, code
+	Duration           *prometheus.HistogramVec // task, endpoint
+	UpstreamTTFB       *prometheus.HistogramVec // endpoint
+	Tokens             *prometheus.CounterVec   // task, endpoint, direction
+	Cost               *prometheus.CounterVec   // task, endpoint
+	LimitRefusals      *prometheus.CounterVec   // task, scope, unit, period
+	LimitUsageRatio    *prometheus.GaugeVec     // task, unit, period
+	CapabilityRefusals *prometheus.CounterVec   // task, need
+	SoftNeedsUnmet     *prometheus.CounterVec   // task, need
+	Anomalies          *prometheus.CounterVec   // task, kind
+	TrimmedMessages    *prometheus.CounterVec   // task
+	UpstreamErrors     *prometheus.CounterVec   // endpoint, kind
+	Failovers          *prometheus.CounterVec   // endpoint, kind
+	StoreErrors        *prometheus.CounterVec   // op
+	StoreDuration      *prometheus.HistogramVec // op
+	StoreDegraded      prometheus.Gauge
+	ConfigReloads      *prometheus.CounterVec // result
+	Flags              *prometheus.CounterVec // task
+	WatcherDeliveries  *prometheus.CounterVec // result
+	BreakerOpen        *prometheus.GaugeVec   // endpoint
+	ActiveStreams      prometheus.Gauge
+}
+
+// NewMetrics registers the metrics in a fresh registry (with the Go and
+// process collectors).
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{Registry: r}
+	latency := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+	m.Requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_requests_total", Help: "Calls answered, by task, endpoint, HTTP status and error code."}, []string{"task", "endpoint", "status", "code"})
+	m.Duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskgate_request_duration_seconds", Help: "Whole-call latency seen by the gateway.", Buckets: latency}, []string{"task", "endpoint"})
+	m.UpstreamTTFB = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskgate_upstream_ttfb_seconds", Help: "Time to the upstream's response headers.", Buckets: latency}, []string{"endpoint"})
+	m.Tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_tokens_total", Help: "Tokens used, by direction (input, output)."}, []string{"task", "endpoint", "direction"})
+	m.Cost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_cost_dollars_total", Help: "Money spent, in dollars (summed from exact micro-dollar costs)."}, []string{"task", "endpoint"})
+	m.LimitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_limit_refusals_total", Help: "Calls refused by a limit."}, []string{"task", "scope", "unit", "period"})
+	m.LimitUsageRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskgate_limit_usage_ratio", Help: "Used (with reserved) over limit of a task window, as last seen by this replica."}, []string{"task", "unit", "period"})
+	m.CapabilityRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_capability_refusals_total", Help: "Calls refused because no endpoint has a hard need."}, []string{"task", "need"})
+	m.SoftNeedsUnmet = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_soft_needs_unmet_total", Help: "Calls served by an endpoint lacking a soft need."}, []string{"task", "need"})
+	m.Anomalies = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_anomalies_total", Help: "Anomalies signalled (never blocked)."}, []string{"task", "kind"})
+	m.TrimmedMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_trimmed_messages_total", Help: "Messages dropped to fit a model's window."}, []string{"task"})
+	m.UpstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_upstream_errors_total", Help: "Failed upstream tries, by kind (connect, timeout, status_5xx, status_429, auth, …)."}, []string{"endpoint", "kind"})
+	m.Failovers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_failovers_total", Help: "Calls moved on from an endpoint to the next, by the failure's kind."}, []string{"endpoint", "kind"})
+	m.StoreErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_store_errors_total", Help: "Store operations that failed."}, []string{"op"})
+	m.StoreDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskgate_store_duration_seconds", Help: "Store operation latency.", Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"op"})
+	m.StoreDegraded = prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskgate_store_degraded", Help: "1 while limits are counted in process because the store is down (fail_open)."})
+	m.ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_config_reloads_total", Help: "Config reloads, by result (success, error)."}, []string{"result"})
+	m.Flags = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_flags_total", Help: "Answers the model flagged as off-purpose."}, []string{"task"})
+	m.WatcherDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_watcher_deliveries_total", Help: "Watcher webhook deliveries, by result."}, []string{"result"})
+	m.BreakerOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskgate_breaker_open", Help: "1 while an endpoint's circuit breaker is open (0.5 half-open)."}, []string{"endpoint"})
+	m.ActiveStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskgate_active_streams", Help: "Streams being relayed now."})
+	r.MustRegister(m.Requests, m.Duration, m.UpstreamTTFB, m.Tokens, m.Cost, m.LimitRefusals, m.LimitUsageRatio,
+		m.CapabilityRefusals, m.SoftNeedsUnmet, m.Anomalies, m.TrimmedMessages, m.UpstreamErrors, m.Failovers,
+		m.StoreErrors, m.StoreDuration, m.StoreDegraded, m.ConfigReloads, m.Flags, m.WatcherDeliveries, m.BreakerOpen, m.ActiveStreams,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Names lists the names of every taskgate_ metric registered (histograms by
+// their base name).
+func (m *Metrics) Names() []string {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		m.Registry.Describe(ch)
+		close(ch)
+	}()
+	var out []string
+	for d := range ch {
+		s := d.String()
+		const k = `fqName: "`
+		i := indexOf(s, k)
+		if i < 0 {
+			continue
+		}
+		s = s[i+len(k):]
+		if j := indexOf(s, `"`); j >= 0 {
+			out = append(out, s[:j])
+		}
+	}
+	return out
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"github.com/tidwall/gjson"
+
+	"taskgate/tasks"
+	"taskgate/trim"
+)
+
+// route describes one client API path that reaches an upstream.
+type route struct {
+	name string // for logs: chat, completions, embeddings, responses, images
+	path string // the API path below the base URL, e.g. "/chat/completions"
+	// detect returns the needs the body asks for (nil: none).
+	detect func(body []byte) tasks.Needs
+	// count returns the input tokens of a body that is not trimmed (nil for chat).
+	count func(tokenizer string, body []byte) (int, error)
+	// maxOutput is the body's field(s) stating the output maximum, in order.
+	maxOutput []string
+	// noOutput: the call produces no output tokens (embeddings, images).
+	noOutput bool
+	// streams: the route can stream with "stream": true.
+	streams bool
+	// usageIn and usageOut are the usage fields of a plain answer.
+	usageIn, usageOut string
+	// includeUsage: ask upstream streams for stream_options.include_usage.
+	includeUsage bool
+	// textPath is where a plain answer's text is (self-flag stripping).
+	textPath string
+}
+
+var (
+	routeChat = &route{
+		name: "chat", path: "/chat/completions",
+		detect:    tasks.DetectChat,
+		maxOutput: []string{"max_completion_tokens", "max_tokens"},
+		streams:   true, includeUsage: true,
+		usageIn: "usage.prompt_tokens", usageOut: "usage.completion_tokens",
+		textPath: "choices.0.message.content",
+	}
+	routeCompletions = &route{
+		name: "completions", path: "/completions",
+		count:     trim.CountCompletionsPrompt,
+		maxOutput: []string{"max_tokens"},
+		streams:   true, includeUsage: true,
+		usageIn: "usage.prompt_tokens", usageOut: "usage.completion_tokens",
+		textPath: "choices.0.text",
+	}
+	routeEmbeddings = &route{
+		name: "embeddings", path: "/embeddings",
+		count:    trim.CountEmbeddingsInput,
+		noOutput: true,
+		usageIn:  "usage.prompt_tokens", usageOut: "usage.completion_tokens_none",
+	}
+	routeResponses = &route{
+		name: "responses", path: "/responses",
+		detect:    tasks.DetectResponses,
+		count:     trim.CountResponsesInput,
+		maxOutput: []string{"max_output_tokens"},
+		streams:   true,
+		usageIn:   "usage.input_tokens", usageOut: "usage.output_tokens",
+	}
+	routeImages = &route{
+		name: "images", path: "/images/generations",
+		detect:   func([]byte) tasks.Needs { return tasks.ImageOutput },
+		noOutput: true,
+	}
+)
+
+// routes lists every route that reaches an upstream, with its client path.
+var routes = []struct {
+	path string
+	rt   *route
+}{
+	{"/v1/chat/completions", routeChat},
+	{"/v1/completions", routeCompletions},
+	{"/v1/embeddings", routeEmbeddings},
+	{"/v1/responses", routeResponses},
+	{"/v1/images/generations", routeImages},
+}
+
+// Routes lists the client paths that reach an upstream (POST), for tests
+// that must prove every one passes through limits.
+func Routes() []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		out[i] = r.path
+	}
+	return out
+}
+
+// outputMax is the output maximum the body states, or 0.
+func (rt *route) outputMax(body []byte) int64 {
+	for _, f := range rt.maxOutput {
+		if v := gjson.GetBytes(body, f); v.Type == gjson.Number && v.Int() > 0 {
+			return v.Int()
+		}
+	}
+	return 0
+}

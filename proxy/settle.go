@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"taskgate/config"
+	"taskgate/guard"
+	"taskgate/limits"
+	"taskgate/trim"
+)
+
+// finish records the call's metrics and journal line and settles its
+// reservation after the answer is written (in the background, so the store
+// round trip never delays the client). It runs exactly once per call.
+func (c *call) finish() {
+	if c.settled {
+		return
+	}
+	c.settled = true
+	taskKey, epName := "", ""
+	if c.task != nil {
+		taskKey = c.task.Key
+	}
+	if c.served != nil {
+		epName = c.served.ep.Name
+	}
+	latency := time.Since(c.start)
+	c.s.m.Requests.WithLabelValues(taskKey, epName, strconv.Itoa(c.status), c.code).Inc()
+	if c.task == nil {
+		c.journal(latency, 0)
+		return
+	}
+	c.s.m.Duration.WithLabelValues(taskKey, epName).Observe(latency.Seconds())
+	if c.hold == nil {
+		c.journal(latency, 0)
+		return
+	}
+	cost := c.cost()
+	if !c.failed && c.served != nil {
+		c.s.m.Tokens.WithLabelValues(taskKey, epName, "input").Add(float64(c.in))
+		c.s.m.Tokens.WithLabelValues(taskKey, epName, "output").Add(float64(c.out))
+		if cost > 0 {
+			c.s.m.Cost.WithLabelValues(taskKey, epName).Add(float64(cost) / 1e6)
+		}
+	}
+	if c.task.MaxTokensPerCall > 0 && guard.TokensPerCallExceeded(c.task.MaxTokensPerCall, c.in+c.out) {
+		c.anomaly(guard.KindTokensPerCall, map[string]any{"tokens": c.in + c.out, "max": c.task.MaxTokensPerCall})
+	}
+	if c.flagged {
+		c.s.m.Flags.WithLabelValues(taskKey).Inc()
+		detail := map[string]any{}
+		if !c.task.Private {
+			detail["purpose"] = c.task.Purpose
+		}
+		c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "flag", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, Detail: detail})
+		c.s.log.Warn("flag", "request_id", c.id, "task", taskKey, "user", c.user, "source", c.source)
+	}
+	rec := c.journal(latency, cost)
+	c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, Detail: rec.Detail()})
+	out := limits.Outcome{Failed: c.failed, Flagged: c.flagged, Events: c.events}
+	if !c.failed {
+		out.Actual = limits.Usage{InputTokens: c.in, OutputTokens: c.out, Money: cost}
+	}
+	hold, task, user := c.hold, c.task, c.user
+	c.s.pending.Add(1)
+	go func() {
+		defer c.s.pending.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		t0 := time.Now()
+		res, err := c.s.lim.Settle(ctx, hold, out)
+		c.s.m.StoreDuration.WithLabelValues("settle").Observe(time.Since(t0).Seconds())
+		if err != nil {
+			c.s.m.StoreErrors.WithLabelValues("settle").Inc()
+			c.s.log.Error("settle failed", "request_id", c.id, "task", task.Key, "err", err)
+			return
+		}
+		c.s.signalSettlement(task.Key, user, task.Watchers, res)
+	}()
+}
+
+// signalSettlement tells watchers of crossed thresholds and logs auto-blocks.
+func (s *Server) signalSettlement(task, user string, watchers []config.Watcher, res limits.SettleResult) {
+	if len(res.Crossings) > 0 {
+		var evs []limits.Event
+		hooks := make([]string, 0, len(watchers))
+		for _, w := range watchers {
+			hooks = append(hooks, w.Webhook)
+		}
+		for _, x := range res.Crossings {
+			th := guard.Threshold{Task: x.Task, Scope: x.Scope, User: x.User, Unit: x.Unit, Period: x.Period, Threshold: x.Threshold, Used: x.Used, Limit: x.Limit, WindowEnd: x.WindowEnd}
+			if s.notifier != nil && len(hooks) > 0 {
+				s.notifier.Notify(hooks, th)
+			}
+			s.log.Info("threshold", "task", x.Task, "scope", x.Scope, "user", x.User, "unit", x.Unit, "period", x.Period, "threshold", x.Threshold, "used", x.Used, "limit", x.Limit)
+			evs = append(evs, limits.Event{Time: time.Now(), Kind: "threshold", Task: x.Task, User: x.User,
+				Detail: map[string]any{"scope": x.Scope, "unit": x.Unit, "period": x.Period, "threshold": x.Threshold, "used": x.Used, "limit": x.Limit, "window_end": x.WindowEnd.UTC().Format(time.RFC3339)}})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.lim.AddEvents(ctx, evs...); err != nil {
+			s.m.StoreErrors.WithLabelValues("events").Inc()
+		}
+		cancel()
+	}
+	if b := res.AutoBlocked; b != nil {
+		s.log.Warn("auto-block", "task", task, "user", user, "group", b.Group, "flags_today", res.FlagsToday)
+	}
+}
+
+// journal writes the call's one structured log line and returns it.
+func (c *call) journal(latency time.Duration, cost int64) *guard.CallRecord {
+	rec := &guard.CallRecord{
+		RequestID: c.id, User: c.user, Source: c.source, Status: c.status, Code: c.code,
+		InputTokens: c.in, OutputTokens: c.out, CostMicros: cost, Latency: latency,
+		Trimmed: c.trimmed, Flagged: c.flagged, FailedOver: c.failedOver, Stream: c.stream, Anomalies: c.anomalies,
+	}
+	if c.key != nil {
+		rec.Key = c.key.Name
+	}
+	if c.task != nil {
+		rec.Task = c.task.Key
+	}
+	if c.served != nil {
+		rec.Endpoint = c.served.ep.Name
+		rec.Model = c.served.ep.Model
+	}
+	rec.Log(c.s.log)
+	return rec
+}
+
+// countStreamed counts streamed text with the serving endpoint's tokenizer,
+// for streams that end without a usage object.
+func (c *call) countStreamed(text []byte) int64 {
+	tok := c.tokenizer
+	if c.served != nil {
+		tok = c.served.ep.Tokenizer
+	}
+	return int64(trim.CountText(tok, string(text)))
+}

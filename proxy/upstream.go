@@ -1,0 +1,219 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"github.com/valyala/fasthttp"
+
+	"taskgate/tasks"
+)
+
+// upstream is one endpoint's client: a fasthttp host client whose
+// connections enforce the endpoint's connect, first-byte and idle timeouts,
+// and the endpoint's circuit breaker.
+type upstream struct {
+	ep         *tasks.Endpoint
+	client     *fasthttp.HostClient
+	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
+	pathPrefix string // the base URL's path, e.g. "/v1"
+	host       string
+	scheme     string
+	auth       string // "Bearer <endpoint key>", or ""
+}
+
+// errUpstreamStatus marks a try that failed on its HTTP status, for the breaker.
+var errUpstreamStatus = errors.New("upstream status")
+
+func newUpstream(ep *tasks.Endpoint, onState func(name string, open float64)) (*upstream, error) {
+	u, err := url.Parse(ep.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s: base_url: %w", ep.Name, err)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	timeouts := connTimeouts{firstByte: ep.FirstByteTimeout, idle: ep.IdleTimeout}
+	connect := ep.ConnectTimeout
+	up := &upstream{
+		ep:         ep,
+		pathPrefix: strings.TrimRight(u.Path, "/"),
+		host:       u.Host,
+		scheme:     u.Scheme,
+	}
+	if ep.APIKey != "" {
+		up.auth = "Bearer " + ep.APIKey
+	}
+	up.client = &fasthttp.HostClient{
+		Addr:                          addr,
+		Name:                          "taskgate",
+		IsTLS:                         u.Scheme == "https",
+		MaxConns:                      4096,
+		MaxIdleConnDuration:           30 * time.Second,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultUserAgentHeader:      false,
+		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		Dial: func(a string) (net.Conn, error) {
+			c, err := net.DialTimeout("tcp", a, connect)
+			if err != nil {
+				return nil, &connectError{err: err}
+			}
+			return &timeoutConn{Conn: c, t: timeouts}, nil
+		},
+	}
+	failures := ep.Breaker.Failures
+	if failures <= 0 {
+		failures = 5
+	}
+	up.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        ep.Name,
+		MaxRequests: 1,
+		Timeout:     ep.Breaker.Cooldown,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(failures) },
+		OnStateChange: func(name string, _, to gobreaker.State) {
+			if onState != nil {
+				switch to {
+				case gobreaker.StateOpen:
+					onState(name, 1)
+				case gobreaker.StateHalfOpen:
+					onState(name, 0.5)
+				default:
+					onState(name, 0)
+				}
+			}
+		},
+	})
+	return up, nil
+}
+
+// uri is the full upstream URI for an API path such as "/chat/completions".
+func (u *upstream) uri(path string) string {
+	return u.scheme + "://" + u.host + u.pathPrefix + path
+}
+
+// connectError marks a failure to connect.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return "connect: " + e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+// connTimeouts are the per-read limits of an endpoint's connections.
+type connTimeouts struct {
+	firstByte time.Duration // from a request's write to its first response byte
+	idle      time.Duration // between reads once the response has begun
+}
+
+// timeoutConn enforces first-byte and idle timeouts on top of the absolute
+// deadline fasthttp sets for the whole call: each Read gets the earlier of
+// the call's deadline and now + (first-byte timeout until the response has
+// begun, idle timeout after).
+type timeoutConn struct {
+	net.Conn
+	t        connTimeouts
+	mu       sync.Mutex
+	hard     time.Time // fasthttp's deadline
+	begun    bool      // a byte of the current response was read
+	timedOut bool      // the last read failed on our own (not fasthttp's) limit
+}
+
+func (c *timeoutConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.hard = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *timeoutConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.hard = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *timeoutConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.begun = false
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *timeoutConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	limit := c.t.idle
+	if !c.begun {
+		limit = c.t.firstByte
+	}
+	d := c.hard
+	if limit > 0 {
+		if soft := time.Now().Add(limit); d.IsZero() || soft.Before(d) {
+			d = soft
+		}
+	}
+	c.mu.Unlock()
+	_ = c.Conn.SetReadDeadline(d)
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.mu.Lock()
+		c.begun = true
+		c.mu.Unlock()
+	}
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, &timeoutError{err: err}
+	}
+	return n, err
+}
+
+// timeoutError is a read that passed the first-byte, idle or total limit.
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string   { return "upstream timeout: " + e.err.Error() }
+func (e *timeoutError) Unwrap() error   { return e.err }
+func (e *timeoutError) Timeout() bool   { return true }
+func (e *timeoutError) Temporary() bool { return false }
+
+// failure kinds, used in metrics and to pick the final error.
+const (
+	kindConnect   = "connect"
+	kindTimeout   = "timeout"
+	kindStatus5xx = "status_5xx"
+	kindStatus429 = "status_429"
+	kindStatus408 = "status_408"
+	kindAuth      = "auth"
+	kindOpen      = "breaker_open"
+	kindOther     = "error"
+)
+
+// classifyErr names the kind of a transport error.
+func classifyErr(err error) string {
+	var ce *connectError
+	if errors.As(err, &ce) {
+		var ne net.Error
+		if errors.As(ce.err, &ne) && ne.Timeout() {
+			return kindTimeout
+		}
+		return kindConnect
+	}
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return kindTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return kindTimeout
+	}
+	if errors.Is(err, fasthttp.ErrDialTimeout) {
+		return kindTimeout
+	}
+	return kindConnect
+}
