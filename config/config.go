@@ -1,7 +1,3 @@
-// Package config owns taskgate's configuration: the schema of taskgate.yaml,
-// loading with ${VAR} expansion, defaults, and validation that reports every
-// error with its field path and line. It imports no other taskgate package and
-// nothing of the HTTP stack, Redis or Prometheus.
 package config
 
 import (
@@ -28,6 +24,9 @@ type Config struct {
 	Location *time.Location `yaml:"-"`
 	// Path is the file the config was loaded from ("" when parsed from bytes).
 	Path string `yaml:"-"`
+	// Warnings are problems that do not stop the config from loading, such
+	// as user limits set on a task with user_limits: false (they are dropped).
+	Warnings []string `yaml:"-"`
 }
 
 // Store says where counts live.
@@ -70,6 +69,11 @@ type Price struct {
 	// Image is dollars per generated image; HasImage says it was set.
 	Image    decimal.Decimal `yaml:"image"`
 	HasImage bool            `yaml:"-"`
+
+	// fast holds Input and Output in nano-dollars per million tokens when
+	// both fit, so CostMicros needs no big-number arithmetic; set by the
+	// loader and NewPrice, and ignored when zero.
+	fast fastPrice
 }
 
 // Breaker configures an endpoint's circuit breaker.
