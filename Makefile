@@ -28,7 +28,9 @@ fuzz-short:
 	done
 
 deploy-test:
-	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+	helm lint deploy/helm/taskgate --strict --kube-version 1.34.0
+	helm lint deploy/helm/taskgate --strict --kube-version 1.34.0 -f deploy/helm/taskgate/ci/full-values.yaml
+	cd deploy && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
