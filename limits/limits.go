@@ -1,0 +1,825 @@
+package limits
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"taskgate/config"
+	"taskgate/tasks"
+)
+
+// ErrStoreUnavailable is returned (wrapped) by Reserve when the store fails
+// and the Limiter is fail_closed; the proxy answers 503 store_unavailable.
+var ErrStoreUnavailable = errors.New("limits: store unavailable")
+
+// ErrUserLimitsOff is returned by SetOverrides for user windows on a task
+// with user_limits: false (409 user_limits_off).
+var ErrUserLimitsOff = errors.New("limits: user limits are off for this task")
+
+// ErrSettled is returned by Settle for a hold that was already settled.
+var ErrSettled = errors.New("limits: hold already settled")
+
+// DefaultLease is how long a hold lives when Call.Lease is 0.
+const DefaultLease = 5 * time.Minute
+
+// Usage is what a call uses: tokens, and money in micro-dollars.
+type Usage struct {
+	InputTokens, OutputTokens int64
+	Money                     int64 // micro-dollars
+}
+
+// Tokens is input plus output tokens.
+func (u Usage) Tokens() int64 { return u.InputTokens + u.OutputTokens }
+
+// Call is one call to check and reserve.
+type Call struct {
+	RequestID string
+	Task      *tasks.Task
+	User      string        // "": no user — only task windows count
+	Estimate  Usage         // reserved now; requests always 1
+	Lease     time.Duration // how long the hold lives if never settled (0: DefaultLease)
+	Now       time.Time     // zero: the Limiter's clock
+}
+
+// Window names one counting window and when it ends (the next calendar
+// boundary in the Limiter's location).
+type Window struct {
+	Scope, Unit, Period string
+	End                 time.Time
+}
+
+// Refusal says which limit a call would pass.
+type Refusal struct {
+	Window Window
+	Limit  int64
+	Used   int64  // settled + reserved before this call
+	Source string // "config" or "override"
+}
+
+// Block bars a user from a block group, or from everything with Group "*".
+type Block struct {
+	User    string     `json:"user"`
+	Group   string     `json:"group"` // a block group, or "*" for everywhere
+	Reason  string     `json:"reason"`
+	Expires *time.Time `json:"expires"` // nil: never
+	Created time.Time  `json:"created"`
+}
+
+// Trio is OpenAI's x-ratelimit-{limit,remaining,reset}-X for one window.
+type Trio struct {
+	Limit, Remaining int64
+	Reset            time.Duration
+}
+
+// Ratio is a task window's (used+reserved)/limit, for the usage gauge.
+type Ratio struct {
+	Unit, Period string
+	Ratio        float64
+}
+
+// Decision is the answer to Reserve.
+type Decision struct {
+	// Blocked is set when the user is blocked in the task's block group or
+	// in "*": nothing was counted.
+	Blocked *Block
+	// Refusal is set when a limit would be passed: nothing was counted.
+	Refusal *Refusal
+	// Requests is the requests window with the least remaining after this
+	// reservation (ties: task before user, shorter period first); on a
+	// refusal, counted without the refused call; nil when none applies.
+	Requests *Trio
+	// Tokens is likewise for tokens.
+	Tokens *Trio
+	// TaskRatios are the task-scope windows after this call.
+	TaskRatios []Ratio
+	// CallsLastHour is, when Task.MaxCallsPerHour > 0 and there is a user,
+	// the user's calls to this task in the last sixty minutes (sliding),
+	// including this one.
+	CallsLastHour int64
+	// Hold is non-nil when the call may go ahead; pass it to Settle once.
+	Hold *Hold
+}
+
+// Event is one line of a task's event log.
+type Event struct {
+	Time      time.Time      `json:"time"`
+	Kind      string         `json:"kind"` // anomaly | flag | block | threshold | call
+	Task      string         `json:"task"`
+	User      string         `json:"user"`
+	Source    string         `json:"source"`
+	RequestID string         `json:"request_id"`
+	Detail    map[string]any `json:"detail"`
+}
+
+// Outcome is how a call ended, for Settle.
+type Outcome struct {
+	Actual  Usage   // tokens and money actually used
+	Failed  bool    // the upstream call failed: pass the usage it still caused (usually none)
+	Flagged bool    // the model flagged the call off-purpose
+	Events  []Event // appended to the event log in the same round trip
+}
+
+// Crossing is a threshold crossed by a settlement, claimed once across
+// every replica.
+type Crossing struct {
+	Task, Scope, User, Unit, Period string
+	Threshold                       float64
+	Used, Limit                     int64
+	WindowEnd                       time.Time
+}
+
+// SettleResult is the answer to Settle.
+type SettleResult struct {
+	Crossings   []Crossing // thresholds this settlement crossed
+	FlagsToday  int64      // the user's flags today in this task, when Outcome.Flagged
+	AutoBlocked *Block     // set when this flag reached Task.AutoBlockThreshold
+}
+
+// Hold is a reservation made by Reserve. Pass it to Settle exactly once.
+type Hold struct {
+	task      *tasks.Task
+	user      string
+	requestID string
+	id        string
+	tokens    int64
+	money     int64
+	estimate  Usage
+	wins      []holdWin
+	local     bool
+	settled   atomic.Bool
+}
+
+type holdWin struct {
+	idx      int
+	limit    int64
+	stamp    string
+	end      time.Time
+	override bool
+}
+
+// RequestID is the request id of the call the hold belongs to.
+func (h *Hold) RequestID() string { return h.requestID }
+
+// Estimate is the call's estimate, as reserved.
+func (h *Hold) Estimate() Usage { return h.estimate }
+
+// Options configures a Limiter; the zero value is an in-process,
+// fail_closed Limiter in UTC.
+type Options struct {
+	Store    Store            // NewMemoryStore() or a *RedisStore (nil: a new memory store)
+	Location *time.Location   // where a day and a month begin (nil: UTC)
+	OnError  string           // config.FailClosed (default) or config.FailOpen
+	Now      func() time.Time // nil: time.Now
+}
+
+// Limiter checks, reserves and settles calls against their task's and
+// user's windows. It is safe for concurrent use.
+type Limiter struct {
+	store    Store
+	loc      *time.Location
+	failOpen bool
+	clock    func() time.Time
+	id       string
+	seq      atomic.Uint64
+
+	local      *memoryStore // fail_open: serves while the store is down
+	degraded   atomic.Bool
+	localHolds atomic.Int64
+	mu         sync.Mutex
+	pending    map[string]*pendingTask
+	loopOn     bool
+	closed     bool
+	stop       chan struct{}
+	stopOnce   sync.Once
+	wg         sync.WaitGroup
+}
+
+// New returns a Limiter.
+func New(opts Options) *Limiter {
+	l := &Limiter{
+		store:    opts.Store,
+		loc:      opts.Location,
+		failOpen: opts.OnError == config.FailOpen,
+		clock:    opts.Now,
+		local:    newMemoryStore(),
+		pending:  map[string]*pendingTask{},
+		stop:     make(chan struct{}),
+	}
+	if l.store == nil {
+		l.store = NewMemoryStore()
+	}
+	if l.loc == nil {
+		l.loc = time.UTC
+	}
+	if l.clock == nil {
+		l.clock = time.Now
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	l.id = hex.EncodeToString(b[:])
+	return l
+}
+
+func (l *Limiter) now() time.Time { return l.clock() }
+
+// Store is the Limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// Location is where the Limiter's days and months begin.
+func (l *Limiter) Location() *time.Location { return l.loc }
+
+// configLimits lists a task's config limits as store arguments; user
+// windows only when there is a user.
+func configLimits(t *tasks.Task, user string) []limitArg {
+	out := make([]limitArg, 0, len(t.Limits))
+	for _, lim := range t.Limits {
+		idx, ok := winIndex(lim.Scope, lim.Unit, lim.Period)
+		if !ok || (winIsUser(idx) && (user == "" || !t.UserLimits)) {
+			continue
+		}
+		out = append(out, limitArg{idx: idx, value: lim.Value})
+	}
+	return out
+}
+
+// Reserve checks c against every window that applies and, only if all fit,
+// reserves its estimate in all of them: one atomic store round trip.
+func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
+	if c.Task == nil {
+		return Decision{}, errors.New("reserve: call has no task")
+	}
+	now := c.Now
+	if now.IsZero() {
+		now = l.now()
+	}
+	lease := c.Lease
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	pw := currentWindows(now, l.loc)
+	op := reserveOp{
+		task:       c.Task.Key,
+		user:       c.User,
+		userLimits: c.Task.UserLimits,
+		group:      c.Task.BlockGroup,
+		now:        now.UnixMilli(),
+		leaseUntil: now.Add(lease).UnixMilli(),
+		holdID:     l.id + ":" + strconv.FormatUint(l.seq.Add(1), 36),
+		tokens:     max(c.Estimate.Tokens(), 0),
+		money:      max(c.Estimate.Money, 0),
+		cph:        c.Task.MaxCallsPerHour > 0 && c.User != "",
+		limits:     configLimits(c.Task, c.User),
+	}
+	if op.group == "" {
+		op.group = c.Task.Key
+	}
+	for i := range pw {
+		op.stamps[i] = pw[i].stamp
+		op.ttls[i] = keyTTL(now, pw[i].end)
+	}
+	var (
+		rep   reserveReply
+		err   error
+		local bool
+	)
+	if l.degraded.Load() {
+		rep, local, err = l.reserveLocal(ctx, &op)
+	} else if rep, err = l.store.reserve(ctx, &op); err != nil {
+		if ctx.Err() != nil {
+			return Decision{}, fmt.Errorf("reserve %s: %w", c.Task.Key, err)
+		}
+		if !l.failOpen {
+			return Decision{}, fmt.Errorf("reserve %s: %w: %w", c.Task.Key, ErrStoreUnavailable, err)
+		}
+		l.enterDegraded()
+		rep, local, err = l.reserveLocal(ctx, &op)
+	}
+	if err != nil {
+		return Decision{}, fmt.Errorf("reserve %s: %w", c.Task.Key, err)
+	}
+	return l.decide(c, now, &pw, &op, &rep, local), nil
+}
+
+func (l *Limiter) reserveLocal(ctx context.Context, op *reserveOp) (reserveReply, bool, error) {
+	rep, err := l.local.reserve(ctx, op)
+	return rep, true, err
+}
+
+// decide turns a store's reply into a Decision (and a Hold).
+func (l *Limiter) decide(c Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, rep *reserveReply, local bool) Decision {
+	var d Decision
+	if rep.status == statusBlocked {
+		var b Block
+		if err := json.Unmarshal(rep.block, &b); err != nil {
+			b = Block{User: c.User, Group: op.group, Reason: "blocked"}
+		}
+		d.Blocked = &b
+		return d
+	}
+	allowed := rep.status == statusOK
+	var refused *winState
+	for i := range rep.windows {
+		w := &rep.windows[i]
+		amt := op.amount(winUnit(w.idx))
+		if !allowed && (w.limit <= 0 || w.used+w.reserved+amt > w.limit) {
+			if refused == nil || pw[winPeriod(w.idx)].end.After(pw[winPeriod(refused.idx)].end) {
+				refused = w
+			}
+		}
+		after := w.used + w.reserved
+		if allowed {
+			after += amt
+		}
+		rem := max(w.limit-after, 0)
+		var trio **Trio
+		switch winUnit(w.idx) {
+		case unitRequests:
+			trio = &d.Requests
+		case unitTokens:
+			trio = &d.Tokens
+		}
+		if trio != nil && (*trio == nil || rem < (*trio).Remaining) {
+			*trio = &Trio{Limit: w.limit, Remaining: rem, Reset: pw[winPeriod(w.idx)].end.Sub(now)}
+		}
+		if !winIsUser(w.idx) {
+			r := 1.0
+			if w.limit > 0 {
+				r = float64(after) / float64(w.limit)
+			}
+			d.TaskRatios = append(d.TaskRatios, Ratio{Unit: winUnitName(w.idx), Period: winPeriodName(w.idx), Ratio: r})
+		}
+	}
+	if !allowed {
+		if refused == nil && len(rep.windows) > 0 {
+			refused = &rep.windows[0]
+		}
+		if refused != nil {
+			d.Refusal = &Refusal{
+				Window: Window{Scope: winScope(refused.idx), Unit: winUnitName(refused.idx),
+					Period: winPeriodName(refused.idx), End: pw[winPeriod(refused.idx)].end},
+				Limit:  refused.limit,
+				Used:   refused.used + refused.reserved,
+				Source: source(refused.override),
+			}
+		} else {
+			d.Refusal = &Refusal{Source: "config"}
+		}
+		return d
+	}
+	h := &Hold{
+		task:      c.Task,
+		user:      c.User,
+		requestID: c.RequestID,
+		id:        op.holdID,
+		tokens:    op.tokens,
+		money:     op.money,
+		estimate:  c.Estimate,
+		wins:      make([]holdWin, len(rep.windows)),
+		local:     local,
+	}
+	for i, w := range rep.windows {
+		p := winPeriod(w.idx)
+		h.wins[i] = holdWin{idx: w.idx, limit: w.limit, stamp: pw[p].stamp, end: pw[p].end, override: w.override}
+	}
+	if local {
+		l.localHolds.Add(1)
+	}
+	d.Hold = h
+	if op.cph {
+		d.CallsLastHour = rep.calls
+	}
+	return d
+}
+
+func source(override bool) string {
+	if override {
+		return "override"
+	}
+	return "config"
+}
+
+// Settle replaces a hold's estimate by the call's actual usage in every
+// window, claims the threshold crossings this causes, counts a flag and
+// appends the outcome's events: one store round trip (one more when the
+// flag auto-blocks the user, or for events of another task).
+func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult, error) {
+	if h == nil {
+		return SettleResult{}, errors.New("settle: no hold")
+	}
+	if !h.settled.CompareAndSwap(false, true) {
+		return SettleResult{}, fmt.Errorf("settle %s: %w", h.task.Key, ErrSettled)
+	}
+	if h.local {
+		defer l.localHolds.Add(-1)
+	}
+	now := l.now()
+	t := h.task
+	op := settleOp{
+		task:       t.Key,
+		user:       h.user,
+		holdID:     h.id,
+		now:        now.UnixMilli(),
+		resTokens:  h.tokens,
+		resMoney:   h.money,
+		actTokens:  max(o.Actual.Tokens(), 0),
+		actMoney:   max(o.Actual.Money, 0),
+		thresholds: t.Thresholds,
+		wins:       make([]settleWin, 0, len(h.wins)),
+	}
+	winOf := make([]int, 0, len(h.wins)) // op.wins position → h.wins position
+	for i, w := range h.wins {
+		ttl := settleTTL(now, w.end)
+		if ttl == 0 {
+			continue
+		}
+		op.wins = append(op.wins, settleWin{idx: w.idx, stamp: w.stamp, ttl: ttl, limit: w.limit})
+		winOf = append(winOf, i)
+	}
+	if o.Flagged && h.user != "" {
+		day := currentWindows(now, l.loc)[2]
+		op.flagKey = flagKey(h.user, day.stamp)
+		op.flagTTL = settleTTL(now, day.end)
+	}
+	var other []Event
+	for _, ev := range o.Events {
+		ev = l.fillEvent(ev, now)
+		if ev.Task == "" {
+			ev.Task = t.Key
+		}
+		if ev.RequestID == "" {
+			ev.RequestID = h.requestID
+		}
+		if ev.Task != t.Key {
+			other = append(other, ev)
+			continue
+		}
+		js, err := json.Marshal(ev)
+		if err != nil {
+			return SettleResult{}, fmt.Errorf("settle %s: encode event: %w", t.Key, err)
+		}
+		op.events = append(op.events, js)
+	}
+
+	var (
+		rep settleReply
+		err error
+	)
+	switch {
+	case h.local:
+		rep, err = l.local.settle(ctx, &op)
+		if err == nil {
+			l.addPending(t.Key, op.deltas(), op.events)
+		}
+	case l.degraded.Load():
+		l.addPending(t.Key, op.deltas(), op.events)
+	default:
+		rep, err = l.store.settle(ctx, &op)
+		if err != nil && l.failOpen && ctx.Err() == nil {
+			l.enterDegraded()
+			l.addPending(t.Key, op.deltas(), op.events)
+			rep, err = settleReply{}, nil
+		}
+	}
+	if err != nil {
+		return SettleResult{}, fmt.Errorf("settle %s: %w", t.Key, err)
+	}
+	var res SettleResult
+	for _, c := range rep.crossings {
+		w := h.wins[winOf[c.win]]
+		cr := Crossing{
+			Task: t.Key, Scope: winScope(w.idx), Unit: winUnitName(w.idx), Period: winPeriodName(w.idx),
+			Threshold: op.thresholds[c.threshold], Used: c.used, Limit: w.limit, WindowEnd: w.end,
+		}
+		if winIsUser(w.idx) {
+			cr.User = h.user
+		}
+		res.Crossings = append(res.Crossings, cr)
+	}
+	if o.Flagged {
+		res.FlagsToday = rep.flags
+	}
+	if o.Flagged && t.AutoBlockThreshold > 0 && rep.flags == int64(t.AutoBlockThreshold) {
+		group := t.BlockGroup
+		if group == "" {
+			group = t.Key
+		}
+		b := Block{
+			User:    h.user,
+			Group:   group,
+			Reason:  fmt.Sprintf("auto-blocked: %d off-purpose requests today in task %s", rep.flags, t.Key),
+			Created: now.UTC(),
+		}
+		ev, _ := json.Marshal(Event{
+			Time: now.UTC(), Kind: "block", Task: t.Key, User: h.user, RequestID: h.requestID,
+			Detail: map[string]any{"group": group, "reason": b.Reason, "auto": true, "flags": rep.flags},
+		})
+		st := l.store
+		if h.local || l.degraded.Load() {
+			st = l.local
+		}
+		if err := st.putBlock(ctx, b, t.Key, ev); err != nil {
+			return res, fmt.Errorf("settle %s: auto-block %s: %w", t.Key, h.user, err)
+		}
+		res.AutoBlocked = &b
+	}
+	if len(other) > 0 {
+		if err := l.AddEvents(ctx, other...); err != nil {
+			return res, fmt.Errorf("settle %s: %w", t.Key, err)
+		}
+	}
+	return res, nil
+}
+
+// deltas is the usage a settleOp adds, as deltas for reconciliation.
+func (op *settleOp) deltas() []delta {
+	ds := make([]delta, 0, len(op.wins))
+	now := time.UnixMilli(op.now)
+	for _, w := range op.wins {
+		a := op.actual(winUnit(w.idx))
+		if a == 0 {
+			continue
+		}
+		ds = append(ds, delta{user: op.user, idx: w.idx, stamp: w.stamp, amount: a,
+			expire: now.Add(time.Duration(w.ttl) * time.Millisecond)})
+	}
+	return ds
+}
+
+func (l *Limiter) fillEvent(ev Event, now time.Time) Event {
+	if ev.Time.IsZero() {
+		ev.Time = now.UTC()
+	}
+	return ev
+}
+
+// WindowUsage is one window's counts, for the admin API.
+type WindowUsage struct {
+	Scope, Unit, Period string
+	Used, Reserved      int64
+	Limit               int64
+	Reset               time.Time // the window's end
+}
+
+// Usage lists every window of t that has a limit (from config or an
+// override) with its counts now; user windows only when user != "".
+// Expired holds of the task are released first.
+func (l *Limiter) Usage(ctx context.Context, t *tasks.Task, user string) ([]WindowUsage, error) {
+	now := l.now()
+	pw := currentWindows(now, l.loc)
+	op := reserveOp{task: t.Key, user: user, userLimits: t.UserLimits, peek: true,
+		now: now.UnixMilli(), limits: configLimits(t, user)}
+	for i := range pw {
+		op.stamps[i] = pw[i].stamp
+	}
+	rep, err := l.store.reserve(ctx, &op)
+	if err != nil {
+		return nil, fmt.Errorf("usage of %s: %w", t.Key, err)
+	}
+	out := make([]WindowUsage, 0, len(rep.windows))
+	for _, w := range rep.windows {
+		out = append(out, WindowUsage{
+			Scope: winScope(w.idx), Unit: winUnitName(w.idx), Period: winPeriodName(w.idx),
+			Used: w.used, Reserved: w.reserved, Limit: w.limit, Reset: pw[winPeriod(w.idx)].end,
+		})
+	}
+	return out, nil
+}
+
+// EffectiveLimit is a limit in force and where it comes from.
+type EffectiveLimit struct {
+	config.Limit
+	Source string // "config" or "override"
+}
+
+// EffectiveLimits lists t's limits in force, in canonical order: each
+// override over the config's limit for that window.
+func (l *Limiter) EffectiveLimits(ctx context.Context, t *tasks.Task) ([]EffectiveLimit, error) {
+	ov, err := l.store.overrides(ctx, t.Key)
+	if err != nil {
+		return nil, fmt.Errorf("limits of %s: %w", t.Key, err)
+	}
+	var lim [nWindows]*EffectiveLimit
+	for _, a := range configLimits(t, "-") {
+		lim[a.idx] = &EffectiveLimit{Limit: limitOf(a.idx, a.value), Source: "config"}
+	}
+	for idx, v := range ov {
+		if winIsUser(idx) && !t.UserLimits {
+			continue
+		}
+		lim[idx] = &EffectiveLimit{Limit: limitOf(idx, v), Source: "override"}
+	}
+	var out []EffectiveLimit
+	for _, e := range lim {
+		if e != nil {
+			out = append(out, *e)
+		}
+	}
+	return out, nil
+}
+
+func limitOf(idx int, v int64) config.Limit {
+	return config.Limit{Scope: winScope(idx), Unit: winUnitName(idx), Period: winPeriodName(idx), Value: v}
+}
+
+// SetOverrides gives each window named in lim that limit, over the config's
+// and any earlier override; other windows keep theirs. User windows on a task
+// with user_limits: false are refused with ErrUserLimitsOff (nothing is set).
+func (l *Limiter) SetOverrides(ctx context.Context, t *tasks.Task, lim config.Limits) error {
+	vals := map[int]int64{}
+	for _, x := range lim.List() {
+		idx, ok := winIndex(x.Scope, x.Unit, x.Period)
+		if !ok {
+			return fmt.Errorf("set limits of %s: unknown window %s %s %s", t.Key, x.Scope, x.Unit, x.Period)
+		}
+		if winIsUser(idx) && !t.UserLimits {
+			return fmt.Errorf("set limits of %s: %w", t.Key, ErrUserLimitsOff)
+		}
+		if x.Value < 0 {
+			return fmt.Errorf("set limits of %s: %s %s %s is negative", t.Key, x.Scope, x.Unit, x.Period)
+		}
+		vals[idx] = x.Value
+	}
+	if err := l.store.setOverrides(ctx, t.Key, vals); err != nil {
+		return fmt.Errorf("set limits of %s: %w", t.Key, err)
+	}
+	return nil
+}
+
+// ClearOverrides drops every override of a task.
+func (l *Limiter) ClearOverrides(ctx context.Context, task string) error {
+	if err := l.store.clearOverrides(ctx, task); err != nil {
+		return fmt.Errorf("clear limits of %s: %w", task, err)
+	}
+	return nil
+}
+
+func marshalBlock(b Block) ([]byte, int64, error) {
+	js, err := json.Marshal(b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encode block: %w", err)
+	}
+	var exp int64
+	if b.Expires != nil {
+		exp = max(b.Expires.UnixMilli(), 1)
+	}
+	return js, exp, nil
+}
+
+// PutBlock blocks b.User in b.Group ("*": everywhere) until b.Expires
+// (nil: until deleted). A zero Created is set to now. The caller records
+// the block event (AddEvents) if it wants one.
+func (l *Limiter) PutBlock(ctx context.Context, b Block) error {
+	if b.User == "" || b.Group == "" {
+		return errors.New("put block: user and group are required")
+	}
+	if b.Created.IsZero() {
+		b.Created = l.now().UTC()
+	}
+	if err := l.store.putBlock(ctx, b, "", nil); err != nil {
+		return fmt.Errorf("put block of %s in %s: %w", b.User, b.Group, err)
+	}
+	return nil
+}
+
+// DeleteBlock lifts the block of user in group; false when there was none.
+func (l *Limiter) DeleteBlock(ctx context.Context, user, group string) (bool, error) {
+	ok, err := l.store.deleteBlock(ctx, user, group)
+	if err != nil {
+		return false, fmt.Errorf("delete block of %s in %s: %w", user, group, err)
+	}
+	return ok, nil
+}
+
+// Blocks lists the blocks in force (expired ones left out), by group then user.
+func (l *Limiter) Blocks(ctx context.Context) ([]Block, error) {
+	sb, err := l.store.blocks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list blocks: %w", err)
+	}
+	now := l.now().UnixMilli()
+	out := make([]Block, 0, len(sb))
+	for _, s := range sb {
+		if s.exp != 0 && s.exp <= now {
+			continue
+		}
+		var b Block
+		if err := json.Unmarshal(s.json, &b); err != nil {
+			continue
+		}
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Group != out[j].Group {
+			return out[i].Group < out[j].Group
+		}
+		return out[i].User < out[j].User
+	})
+	return out, nil
+}
+
+// AddEvents appends events to their tasks' logs (capped at the newest 1000
+// per task). A zero Time is set to now; events without a task go to the log
+// of task "".
+func (l *Limiter) AddEvents(ctx context.Context, evs ...Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	now := l.now()
+	byTask := map[string][][]byte{}
+	var order []string
+	for _, ev := range evs {
+		ev = l.fillEvent(ev, now)
+		js, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("add events: encode: %w", err)
+		}
+		if _, ok := byTask[ev.Task]; !ok {
+			order = append(order, ev.Task)
+		}
+		byTask[ev.Task] = append(byTask[ev.Task], js)
+	}
+	for _, task := range order {
+		if l.degraded.Load() {
+			l.addPending(task, nil, byTask[task])
+			continue
+		}
+		if err := l.store.addEvents(ctx, task, byTask[task]); err != nil {
+			if l.failOpen && ctx.Err() == nil {
+				l.enterDegraded()
+				l.addPending(task, nil, byTask[task])
+				continue
+			}
+			return fmt.Errorf("add events of %s: %w", task, err)
+		}
+	}
+	return nil
+}
+
+// EventFilter selects events.
+type EventFilter struct {
+	// Tasks are the tasks whose logs are read ("" reads the log of events
+	// without a task); none reads only that one.
+	Tasks []string
+	Kind  string    // "": every kind
+	Since time.Time // zero: from the start of the log
+	Limit int       // 0: no limit beyond the logs' caps
+}
+
+// Events lists events newest first.
+func (l *Limiter) Events(ctx context.Context, f EventFilter) ([]Event, error) {
+	ts := f.Tasks
+	if len(ts) == 0 {
+		ts = []string{""}
+	}
+	var out []Event
+	for _, task := range ts {
+		raw, err := l.store.events(ctx, task)
+		if err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		for _, js := range raw {
+			var ev Event
+			if err := json.Unmarshal(js, &ev); err != nil {
+				continue
+			}
+			if f.Kind != "" && ev.Kind != f.Kind {
+				continue
+			}
+			if !f.Since.IsZero() && ev.Time.Before(f.Since) {
+				continue
+			}
+			out = append(out, ev)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.After(out[j].Time) })
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+// Ping reports whether the store answers.
+func (l *Limiter) Ping(ctx context.Context) error { return l.store.Ping(ctx) }
+
+// Degraded reports whether calls are being served from local counts
+// because the store is unreachable (fail_open only).
+func (l *Limiter) Degraded() bool { return l.degraded.Load() }
+
+// Close stops the background reconciliation and closes the store.
+func (l *Limiter) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.stopOnce.Do(func() { close(l.stop) })
+	l.wg.Wait()
+	return l.store.Close()
+}

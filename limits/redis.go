@@ -1,0 +1,539 @@
+package limits
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed common.lua
+	commonLua string
+	//go:embed reserve.lua
+	reserveLua string
+	//go:embed settle.lua
+	settleLua string
+	//go:embed apply.lua
+	applyLua string
+
+	reserveScript = redis.NewScript(commonLua + reserveLua)
+	settleScript  = redis.NewScript(commonLua + settleLua)
+	applyScript   = redis.NewScript(applyLua)
+)
+
+// RedisOptions configures a RedisStore.
+type RedisOptions struct {
+	// URL is redis://[user:pass@]host:port/db, rediss://… (TLS),
+	// redis-sentinel://[user:pass@]h1:26379,h2:26379/master?db=0 or
+	// redis-cluster://[user:pass@]h1:6379,h2:6379.
+	URL string
+	// Prefix begins every key, e.g. "taskgate:".
+	Prefix string
+	// Timeout bounds each command's read and write (default 250ms).
+	Timeout time.Duration
+}
+
+// RedisStore is a Store in Redis (plain, Sentinel or Cluster). Every key of
+// one task carries the task as a hash tag, so one call's keys share a
+// Cluster slot; the blocks hash is the exception (see doc.go).
+type RedisStore struct {
+	c       redis.UniversalClient
+	prefix  string
+	cluster bool
+	trips   atomic.Int64
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore connects lazily to the Redis named by o.URL; it fails only
+// on a URL it cannot read.
+func NewRedisStore(o RedisOptions) (*RedisStore, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = 250 * time.Millisecond
+	}
+	c, cluster, err := newRedisClient(o)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	s := &RedisStore{c: c, prefix: o.Prefix, cluster: cluster}
+	c.AddHook(tripHook{&s.trips})
+	return s, nil
+}
+
+// newRedisClient builds the client the URL's scheme calls for, with short
+// timeouts and no automatic retries (a retried script could count twice).
+func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
+	u, err := url.Parse(o.URL)
+	scheme := ""
+	if err == nil {
+		scheme = u.Scheme
+	} else if i := strings.Index(o.URL, "://"); i > 0 {
+		scheme = o.URL[:i]
+	}
+	dial := 4 * o.Timeout
+	if dial < time.Second {
+		dial = time.Second
+	}
+	pool := 10 * runtime.GOMAXPROCS(0)
+	switch scheme {
+	case "redis", "rediss", "unix":
+		opt, err := redis.ParseURL(o.URL)
+		if err != nil {
+			return nil, false, fmt.Errorf("parse %s URL: %w", scheme, err)
+		}
+		opt.ReadTimeout, opt.WriteTimeout, opt.DialTimeout = o.Timeout, o.Timeout, dial
+		opt.MaxRetries = -1
+		opt.DialerRetries, opt.DialerRetryTimeout = 1, 10*time.Millisecond
+		opt.ContextTimeoutEnabled = true
+		if opt.PoolSize == 0 {
+			opt.PoolSize = pool
+		}
+		opt.PoolTimeout = dial
+		return redis.NewClient(opt), false, nil
+	case "redis-sentinel", "rediss-sentinel":
+		mu, err := parseMultiHostURL(o.URL)
+		if err != nil {
+			return nil, false, err
+		}
+		if mu.path == "" {
+			return nil, false, errors.New("redis-sentinel URL names no master (redis-sentinel://h1:26379,h2:26379/master)")
+		}
+		db := 0
+		if v := mu.query.Get("db"); v != "" {
+			if db, err = strconv.Atoi(v); err != nil {
+				return nil, false, fmt.Errorf("redis-sentinel URL: db %q is not a number", v)
+			}
+		}
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:       mu.path,
+			SentinelAddrs:    mu.addrs,
+			Username:         mu.user,
+			Password:         mu.pass,
+			SentinelPassword: mu.query.Get("sentinel_password"),
+			DB:               db,
+			DialTimeout:      dial,
+			ReadTimeout:      o.Timeout,
+			WriteTimeout:     o.Timeout,
+			PoolTimeout:      dial,
+			PoolSize:         pool,
+			MaxRetries:       -1,
+			DialerRetries:    1,
+			TLSConfig:        mu.tlsConfig(),
+
+			ContextTimeoutEnabled: true,
+		}), false, nil
+	case "redis-cluster", "rediss-cluster":
+		mu, err := parseMultiHostURL(o.URL)
+		if err != nil {
+			return nil, false, err
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:         mu.addrs,
+			Username:      mu.user,
+			Password:      mu.pass,
+			DialTimeout:   dial,
+			ReadTimeout:   o.Timeout,
+			WriteTimeout:  o.Timeout,
+			PoolTimeout:   dial,
+			PoolSize:      pool,
+			MaxRetries:    -1,
+			DialerRetries: 1,
+			TLSConfig:     mu.tlsConfig(),
+
+			ContextTimeoutEnabled: true,
+		}), true, nil
+	}
+	return nil, false, fmt.Errorf("store URL %q: scheme must be redis, rediss, redis-sentinel or redis-cluster", redactURL(o.URL))
+}
+
+// multiURL is a URL with several hosts (Sentinel, Cluster).
+type multiURL struct {
+	scheme     string
+	user, pass string
+	addrs      []string
+	path       string
+	query      url.Values
+}
+
+func (m multiURL) tlsConfig() *tls.Config {
+	if strings.HasPrefix(m.scheme, "rediss") || m.query.Get("tls") == "true" {
+		return &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return nil
+}
+
+// parseMultiHostURL reads scheme://[user:pass@]h1:p1,h2:p2[/path][?query],
+// which net/url refuses because of the commas.
+func parseMultiHostURL(raw string) (multiURL, error) {
+	var m multiURL
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return m, fmt.Errorf("store URL %q has no scheme", redactURL(raw))
+	}
+	m.scheme, raw = raw[:i], raw[i+3:]
+	if q := strings.IndexByte(raw, '?'); q >= 0 {
+		v, err := url.ParseQuery(raw[q+1:])
+		if err != nil {
+			return m, fmt.Errorf("store URL query: %w", err)
+		}
+		m.query, raw = v, raw[:q]
+	} else {
+		m.query = url.Values{}
+	}
+	if at := strings.LastIndexByte(raw, '@'); at >= 0 {
+		ui := raw[:at]
+		raw = raw[at+1:]
+		user, pass, has := strings.Cut(ui, ":")
+		var err error
+		if m.user, err = url.PathUnescape(user); err != nil {
+			return m, fmt.Errorf("store URL user: %w", err)
+		}
+		if has {
+			if m.pass, err = url.PathUnescape(pass); err != nil {
+				return m, fmt.Errorf("store URL password: %w", err)
+			}
+		}
+	}
+	hosts, path, _ := strings.Cut(raw, "/")
+	m.path = strings.Trim(path, "/")
+	for _, h := range strings.Split(hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			m.addrs = append(m.addrs, h)
+		}
+	}
+	if len(m.addrs) == 0 {
+		return m, fmt.Errorf("store URL %s://… names no host", m.scheme)
+	}
+	return m, nil
+}
+
+// redactURL hides a password in a URL shown in an error.
+func redactURL(raw string) string {
+	i := strings.Index(raw, "://")
+	at := strings.LastIndexByte(raw, '@')
+	if i < 0 || at < i {
+		return raw
+	}
+	return raw[:i+3] + "xxx@" + raw[at+1:]
+}
+
+// tripHook counts commands and pipelines sent.
+type tripHook struct{ n *atomic.Int64 }
+
+func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// RoundTrips is the number of commands, pipelines and scripts sent so far
+// (a script retried as EVAL after NOSCRIPT counts twice).
+func (s *RedisStore) RoundTrips() int64 { return s.trips.Load() }
+
+// Client is the underlying go-redis client (for tests and diagnostics).
+func (s *RedisStore) Client() redis.UniversalClient { return s.c }
+
+// Ping reports whether Redis answers.
+func (s *RedisStore) Ping(ctx context.Context) error {
+	if err := s.c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis: %w", err)
+	}
+	return nil
+}
+
+// Close closes the client's connections.
+func (s *RedisStore) Close() error { return s.c.Close() }
+
+func (s *RedisStore) base(task string) string { return s.prefix + "{" + task + "}:" }
+
+func (s *RedisStore) blocksKey() string { return s.prefix + "blocks" }
+
+func (s *RedisStore) reserve(ctx context.Context, op *reserveOp) (reserveReply, error) {
+	base := s.base(op.task)
+	keys := []string{base + "ov", s.blocksKey()}
+	if s.cluster || op.peek {
+		// The blocks hash lives in a slot of its own: read it first.
+		keys = keys[:1]
+		if !op.peek && op.user != "" {
+			vals, err := s.c.HMGet(ctx, s.blocksKey(), blockField(op.group, op.user), blockField("*", op.user)).Result()
+			if err != nil {
+				return reserveReply{}, fmt.Errorf("read blocks: %w", err)
+			}
+			for _, v := range vals {
+				if str, ok := v.(string); ok {
+					if b, ok := parseBlockValue(str); ok && (b.exp == 0 || b.exp > op.now) {
+						return reserveReply{status: statusBlocked, block: b.json}, nil
+					}
+				}
+			}
+		}
+	}
+	args := make([]any, 0, 20+2*len(op.limits))
+	mode := "r"
+	if op.peek {
+		mode = "p"
+	}
+	args = append(args, base, op.user, boolArg(op.userLimits), op.now, op.leaseUntil, op.holdID,
+		op.tokens, op.money, blockField(op.group, op.user), boolArg(op.cph), mode)
+	for _, st := range op.stamps {
+		args = append(args, st)
+	}
+	for _, t := range op.ttls {
+		args = append(args, t)
+	}
+	args = append(args, len(op.limits))
+	for _, l := range op.limits {
+		args = append(args, l.idx+1, l.value)
+	}
+	res, err := reserveScript.Run(ctx, s.c, keys, args...).Slice()
+	if err != nil {
+		return reserveReply{}, fmt.Errorf("reserve script: %w", err)
+	}
+	return parseReserveReply(res)
+}
+
+func parseReserveReply(res []any) (reserveReply, error) {
+	var rep reserveReply
+	if len(res) < 2 {
+		return rep, fmt.Errorf("reserve script: short reply (%d values)", len(res))
+	}
+	st, _ := res[0].(int64)
+	rep.status = int(st)
+	if rep.status == statusBlocked {
+		js, _ := res[1].(string)
+		rep.block = []byte(js)
+		return rep, nil
+	}
+	rep.calls, _ = res[1].(int64)
+	rest := res[2:]
+	if len(rest)%5 != 0 {
+		return rep, fmt.Errorf("reserve script: reply of %d values", len(res))
+	}
+	rep.windows = make([]winState, 0, len(rest)/5)
+	for i := 0; i < len(rest); i += 5 {
+		idx, _ := rest[i].(int64)
+		if idx < 1 || idx > nWindows {
+			return rep, fmt.Errorf("reserve script: window index %d", idx)
+		}
+		w := winState{idx: int(idx) - 1}
+		w.limit, _ = rest[i+1].(int64)
+		w.used, _ = rest[i+2].(int64)
+		w.reserved, _ = rest[i+3].(int64)
+		o, _ := rest[i+4].(int64)
+		w.override = o == 1
+		rep.windows = append(rep.windows, w)
+	}
+	return rep, nil
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, error) {
+	base := s.base(op.task)
+	args := make([]any, 0, 13+4*len(op.wins)+len(op.thresholds)+len(op.events))
+	args = append(args, base, op.user, op.holdID, op.resTokens, op.resMoney, op.actTokens, op.actMoney,
+		len(op.wins), len(op.thresholds), len(op.events), op.flagKey, op.flagTTL, eventCap)
+	for _, w := range op.wins {
+		args = append(args, w.idx+1, w.stamp, w.ttl, w.limit)
+	}
+	for _, t := range op.thresholds {
+		args = append(args, formatThreshold(t))
+	}
+	for _, e := range op.events {
+		args = append(args, e)
+	}
+	res, err := settleScript.Run(ctx, s.c, []string{base + "holds"}, args...).Slice()
+	if err != nil {
+		return settleReply{}, fmt.Errorf("settle script: %w", err)
+	}
+	var rep settleReply
+	if len(res) < 2 || (len(res)-2)%3 != 0 {
+		return rep, fmt.Errorf("settle script: reply of %d values", len(res))
+	}
+	f, _ := res[0].(int64)
+	rep.found = f == 1
+	rep.flags, _ = res[1].(int64)
+	for i := 2; i < len(res); i += 3 {
+		w, _ := res[i].(int64)
+		t, _ := res[i+1].(int64)
+		u, _ := res[i+2].(int64)
+		if w < 1 || int(w) > len(op.wins) || t < 1 || int(t) > len(op.thresholds) {
+			return rep, fmt.Errorf("settle script: crossing %d/%d out of range", w, t)
+		}
+		rep.crossings = append(rep.crossings, crossingRaw{win: int(w) - 1, threshold: int(t) - 1, used: u})
+	}
+	return rep, nil
+}
+
+func (s *RedisStore) overrides(ctx context.Context, task string) (map[int]int64, error) {
+	m, err := s.c.HGetAll(ctx, s.base(task)+"ov").Result()
+	if err != nil {
+		return nil, fmt.Errorf("read overrides of %s: %w", task, err)
+	}
+	out := make(map[int]int64, len(m))
+	for k, v := range m {
+		idx, ok := idIndex[k]
+		n, err := strconv.ParseInt(v, 10, 64)
+		if ok && err == nil {
+			out[idx] = n
+		}
+	}
+	return out, nil
+}
+
+func (s *RedisStore) setOverrides(ctx context.Context, task string, vals map[int]int64) error {
+	if len(vals) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2*len(vals))
+	for idx, v := range vals {
+		args = append(args, winIDs[idx], v)
+	}
+	if err := s.c.HSet(ctx, s.base(task)+"ov", args...).Err(); err != nil {
+		return fmt.Errorf("set overrides of %s: %w", task, err)
+	}
+	return nil
+}
+
+func (s *RedisStore) clearOverrides(ctx context.Context, task string) error {
+	if err := s.c.Del(ctx, s.base(task)+"ov").Err(); err != nil {
+		return fmt.Errorf("clear overrides of %s: %w", task, err)
+	}
+	return nil
+}
+
+func (s *RedisStore) putBlock(ctx context.Context, b Block, evTask string, ev []byte) error {
+	js, exp, err := marshalBlock(b)
+	if err != nil {
+		return err
+	}
+	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.blocksKey(), blockField(b.Group, b.User), encodeBlockValue(exp, js))
+		if ev != nil {
+			ek := s.base(evTask) + "events"
+			p.LPush(ctx, ek, ev)
+			p.LTrim(ctx, ek, 0, eventCap-1)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("put block: %w", err)
+	}
+	return nil
+}
+
+func (s *RedisStore) deleteBlock(ctx context.Context, user, group string) (bool, error) {
+	n, err := s.c.HDel(ctx, s.blocksKey(), blockField(group, user)).Result()
+	if err != nil {
+		return false, fmt.Errorf("delete block: %w", err)
+	}
+	return n == 1, nil
+}
+
+func (s *RedisStore) blocks(ctx context.Context) ([]storedBlock, error) {
+	m, err := s.c.HGetAll(ctx, s.blocksKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read blocks: %w", err)
+	}
+	out := make([]storedBlock, 0, len(m))
+	for _, v := range m {
+		if b, ok := parseBlockValue(v); ok {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+func parseBlockValue(v string) (storedBlock, bool) {
+	exp, js, ok := strings.Cut(v, "|")
+	if !ok {
+		return storedBlock{}, false
+	}
+	n, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil {
+		return storedBlock{}, false
+	}
+	return storedBlock{exp: n, json: []byte(js)}, true
+}
+
+func (s *RedisStore) addEvents(ctx context.Context, task string, evs [][]byte) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	ek := s.base(task) + "events"
+	vals := make([]any, len(evs))
+	for i, e := range evs {
+		vals[i] = e
+	}
+	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.LPush(ctx, ek, vals...)
+		p.LTrim(ctx, ek, 0, eventCap-1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("append events of %s: %w", task, err)
+	}
+	return nil
+}
+
+func (s *RedisStore) events(ctx context.Context, task string) ([][]byte, error) {
+	l, err := s.c.LRange(ctx, s.base(task)+"events", 0, eventCap-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read events of %s: %w", task, err)
+	}
+	out := make([][]byte, len(l))
+	for i, e := range l {
+		out[i] = []byte(e)
+	}
+	return out, nil
+}
+
+func (s *RedisStore) apply(ctx context.Context, task string, now int64, ds []delta, evs [][]byte) error {
+	base := s.base(task)
+	args := make([]any, 0, 3+4*len(ds)+len(evs))
+	var n int
+	for _, d := range ds {
+		ttl := d.expire.UnixMilli() - now
+		if ttl <= 0 || d.amount == 0 {
+			continue
+		}
+		n++
+		args = append(args, windowKey(base, d.user, d.idx, d.stamp), "u", d.amount, ttl)
+	}
+	if n == 0 && len(evs) == 0 {
+		return nil
+	}
+	args = append([]any{n, len(evs), eventCap}, args...)
+	for _, e := range evs {
+		args = append(args, e)
+	}
+	if err := applyScript.Run(ctx, s.c, []string{base + "events"}, args...).Err(); err != nil {
+		return fmt.Errorf("apply counts of %s: %w", task, err)
+	}
+	return nil
+}

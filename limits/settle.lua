@@ -1,0 +1,68 @@
+-- settle.lua: replace a hold's reservation by the call's actual usage, claim
+-- the threshold crossings it causes, count a flag and append events. Atomic.
+--
+-- KEYS[1]  <base>holds
+-- ARGV[1]  base          <prefix>{<task>}:
+-- ARGV[2]  user          '' for none
+-- ARGV[3]  hold id
+-- ARGV[4]  reserved tokens   ARGV[5] reserved money
+-- ARGV[6]  actual tokens     ARGV[7] actual money
+-- ARGV[8]  w: windows        ARGV[9] t: thresholds     ARGV[10] e: events
+-- ARGV[11] flag key suffix ('' : no flag)             ARGV[12] flag key TTL ms
+-- ARGV[13] event log cap
+-- then w × (window index, stamp, TTL ms, limit), t thresholds, e event JSONs.
+--
+-- A hold already released (its lease ran out and it was reaped) is not
+-- subtracted again: only the actual usage is added.
+-- Returns {found, flags, (window position, threshold position, used)...}.
+local base, user, id = ARGV[1], ARGV[2], ARGV[3]
+local found = 0
+if id ~= '' and redis.call('HDEL', KEYS[1], id) == 1 then
+  found = 1
+  redis.call('ZREM', base .. 'leases', id)
+end
+local res = {'1', ARGV[4], ARGV[5]}
+local act = {'1', ARGV[6], ARGV[7]}
+local nw, nt, ne = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local th0 = 13 + 4 * nw
+local out = {found, 0}
+for i = 1, nw do
+  local a = 13 + 4 * (i - 1)
+  local idx = tonumber(ARGV[a + 1])
+  local ttl = ARGV[a + 3]
+  local limit = tonumber(ARGV[a + 4])
+  local u = unitOf(idx)
+  local k = wkey(base, user, idx, ARGV[a + 2])
+  if found == 1 and res[u] ~= '0' and redis.call('EXISTS', k) == 1 then
+    redis.call('HINCRBY', k, 'r', '-' .. res[u])
+  end
+  local before = tonumber(redis.call('HGET', k, 'u')) or 0
+  local after = before
+  if act[u] ~= '0' then
+    after = redis.call('HINCRBY', k, 'u', act[u])
+    redis.call('PEXPIRE', k, ttl)
+  end
+  if limit > 0 then
+    for j = 1, nt do
+      local t = tonumber(ARGV[th0 + j]) * limit
+      if before < t and after >= t then
+        if redis.call('SET', k .. ':th:' .. ARGV[th0 + j], '1', 'NX', 'PX', ttl) then
+          out[#out + 1], out[#out + 2], out[#out + 3] = i, j, after
+        end
+      end
+    end
+  end
+end
+if ARGV[11] ~= '' then
+  local fk = base .. ARGV[11]
+  out[2] = redis.call('INCR', fk)
+  redis.call('PEXPIRE', fk, ARGV[12])
+end
+if ne > 0 then
+  local ek = base .. 'events'
+  for j = 1, ne do
+    redis.call('LPUSH', ek, ARGV[th0 + nt + j])
+  end
+  redis.call('LTRIM', ek, 0, tonumber(ARGV[13]) - 1)
+end
+return out
