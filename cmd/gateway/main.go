@@ -64,6 +64,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer fake.Close()
+		fake.SetDefault(fakeupstream.Behavior{EventDelay: 20 * time.Millisecond}) // streams visibly
 		cfg, err = config.Parse([]byte(demoConfig(fake.URL())), func(string) (string, bool) { return "", false })
 	case *path == "":
 		fmt.Fprintln(stderr, "gateway: give -config FILE (or TASKGATE_CONFIG), or -demo to try it")
@@ -264,6 +265,7 @@ func (g *gateway) shutdown(grace time.Duration) {
 	}
 	_ = g.admin.ShutdownWithTimeout(time.Second)
 	_ = g.notifier.Close(ctx)
+	_ = g.lim.Flush(ctx) // counts made in process during a store outage (fail_open)
 	_ = g.lim.Close()
 	g.log.Info("stopped")
 }
