@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"taskgate/config"
+	"taskgate/guard"
 	"taskgate/internal/fakeupstream"
 	"taskgate/internal/redistest"
 	"taskgate/limits"
@@ -158,7 +159,14 @@ func (e *env) start(cfg *config.Config, o envOptions) {
 	}
 	e.metrics = proxy.NewMetrics()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	e.srv, err = proxy.New(proxy.Options{Registry: reg, Limiter: e.lim, Metrics: e.metrics, Logger: log})
+	notifier := guard.NewNotifier(guard.NotifierOptions{Logger: log, Backoff: 20 * time.Millisecond,
+		OnResult: func(r string) { e.metrics.WatcherDeliveries.WithLabelValues(r).Inc() }})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = notifier.Close(ctx)
+	})
+	e.srv, err = proxy.New(proxy.Options{Registry: reg, Limiter: e.lim, Metrics: e.metrics, Logger: log, Notifier: notifier})
 	if err != nil {
 		t.Fatal(err)
 	}
