@@ -25,7 +25,7 @@ import (
 
 // env is one gateway in front of fake upstreams, over real sockets.
 type env struct {
-	t         *testing.T
+	t         testing.TB
 	up, up2   *fakeupstream.Server
 	srv       *proxy.Server
 	lim       *limits.Limiter
@@ -111,7 +111,7 @@ type envOptions struct {
 
 // newEnv starts fake upstreams and a gateway for cfgText (baseConfig-like,
 // with {{UP}}/{{UP2}}); keys from baseKeys are added when cfgText has none.
-func newEnv(t *testing.T, cfgText string, o envOptions) *env {
+func newEnv(t testing.TB, cfgText string, o envOptions) *env {
 	t.Helper()
 	up, err := fakeupstream.New(fakeupstream.Options{APIKey: upstreamKey})
 	if err != nil {
@@ -250,7 +250,7 @@ type apiErr struct {
 }
 
 // readErr reads an error answer and checks its shape.
-func readErr(t *testing.T, resp *http.Response) apiErr {
+func readErr(t testing.TB, resp *http.Response) apiErr {
 	t.Helper()
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -279,7 +279,7 @@ func code(e apiErr) string {
 }
 
 // waitFor polls cond until it holds or 5 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {

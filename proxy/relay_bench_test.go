@@ -1,0 +1,57 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"testing"
+
+	"taskgate/config"
+	"taskgate/tasks"
+)
+
+var benchChunk = []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}` + "\n")
+
+// BenchmarkRelayEvent measures the SSE relay's work per event: parse the
+// event, read usage and text, write and flush it.
+func BenchmarkRelayEvent(b *testing.B) {
+	for _, selfFlag := range []bool{false, true} {
+		name := "plain"
+		if selfFlag {
+			name = "self_flag"
+		}
+		b.Run(name, func(b *testing.B) {
+			task := &tasks.Task{Task: config.Task{Key: "a.b", SelfFlag: selfFlag}}
+			c := &call{rt: routeChat, task: task}
+			w := bufio.NewWriter(io.Discard)
+			st := &streamState{}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(benchChunk)))
+			for i := 0; i < b.N; i++ {
+				if st.text.Len() > 1<<20 {
+					st.text.Reset()
+				}
+				c.emit(w, st, benchChunk)
+			}
+		})
+	}
+}
+
+// BenchmarkCheckBody measures the request checks every call pays (UTF-8,
+// depth, JSON validity) on a 10 KB chat body.
+func BenchmarkCheckBody(b *testing.B) {
+	body := []byte(`{"model":"a.b","messages":[`)
+	for i := 0; i < 50; i++ {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, `{"role":"user","content":"a fairly ordinary message of about two hundred bytes, with some words, numbers like 12345, and punctuation; enough to look like a real chat turn in a history."}`...)
+	}
+	body = append(body, "]}"...)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for i := 0; i < b.N; i++ {
+		if e := checkBody(body); e != nil {
+			b.Fatal(e)
+		}
+	}
+}
