@@ -2,7 +2,8 @@
 // source is expected, the anomaly checks (calls per hour, tokens per call)
 // and their log line, the self-flag instruction injected into requests and
 // the stripping of the off-purpose marker from answers (also when a stream
-// splits it), the call journal line, the parsing of admin block requests
+// splits it; helpers edit chat and Responses bodies, chunks and events in
+// place), the call journal line, the parsing of admin block requests
 // and the message of a blocked call, and the background delivery of
 // threshold payloads to watchers' webhooks.
 //

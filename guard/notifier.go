@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"taskgate/config"
 )
@@ -38,7 +41,7 @@ type Threshold struct {
 	WindowEnd time.Time
 }
 
-// thresholdJSON is Threshold's wire form.
+// thresholdJSON is Threshold's wire form, for decoding.
 type thresholdJSON struct {
 	Event     string          `json:"event"`
 	Task      string          `json:"task"`
@@ -47,17 +50,9 @@ type thresholdJSON struct {
 	Unit      string          `json:"unit"`
 	Period    string          `json:"period"`
 	Threshold float64         `json:"threshold"`
-	Used      json.RawMessage `json:"used"`
-	Limit     json.RawMessage `json:"limit"`
+	Used      json.RawMessage `json:"used"`  // an integer, or a dollar string for money
+	Limit     json.RawMessage `json:"limit"` // an integer, or a dollar string for money
 	WindowEnd string          `json:"window_end"`
-}
-
-// amountJSON renders a count as an integer, or micro-dollars as a dollar string.
-func amountJSON(unit string, v int64) json.RawMessage {
-	if unit == config.UnitMoney {
-		return json.RawMessage(`"` + config.FormatMicros(v) + `"`)
-	}
-	return json.RawMessage(fmt.Sprint(v))
 }
 
 // amount is a count as an int64, or micro-dollars as a dollar string.
@@ -68,24 +63,73 @@ func amount(unit string, v int64) any {
 	return v
 }
 
-// MarshalJSON renders the watcher payload.
+// appendAmount appends a count as an integer, or micro-dollars as a dollar string.
+func appendAmount(b []byte, unit string, v int64) []byte {
+	if unit == config.UnitMoney {
+		return appendJSONString(b, config.FormatMicros(v))
+	}
+	return strconv.AppendInt(b, v, 10)
+}
+
+// MarshalJSON renders the watcher payload. It is hand-encoded, as Notify
+// runs on a call's path. A threshold that is NaN or infinite is an error.
 func (t Threshold) MarshalJSON() ([]byte, error) {
-	w := thresholdJSON{
-		Event:     "threshold",
-		Task:      t.Task,
-		Scope:     t.Scope,
-		Unit:      t.Unit,
-		Period:    t.Period,
-		Threshold: t.Threshold,
-		Used:      amountJSON(t.Unit, t.Used),
-		Limit:     amountJSON(t.Unit, t.Limit),
-		WindowEnd: t.WindowEnd.Format(time.RFC3339),
+	if math.IsNaN(t.Threshold) || math.IsInf(t.Threshold, 0) {
+		return nil, fmt.Errorf("encode threshold: threshold is %v", t.Threshold)
 	}
-	if t.Scope != config.ScopeTask {
-		u := t.User
-		w.User = &u
+	b := make([]byte, 0, 256)
+	b = append(b, `{"event":"threshold","task":`...)
+	b = appendJSONString(b, t.Task)
+	b = append(b, `,"scope":`...)
+	b = appendJSONString(b, t.Scope)
+	b = append(b, `,"user":`...)
+	if t.Scope == config.ScopeTask {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, t.User)
 	}
-	return json.Marshal(w)
+	b = append(b, `,"unit":`...)
+	b = appendJSONString(b, t.Unit)
+	b = append(b, `,"period":`...)
+	b = appendJSONString(b, t.Period)
+	b = append(b, `,"threshold":`...)
+	b = strconv.AppendFloat(b, t.Threshold, 'g', -1, 64)
+	b = append(b, `,"used":`...)
+	b = appendAmount(b, t.Unit, t.Used)
+	b = append(b, `,"limit":`...)
+	b = appendAmount(b, t.Unit, t.Limit)
+	b = append(b, `,"window_end":"`...)
+	b = t.WindowEnd.AppendFormat(b, time.RFC3339)
+	return append(b, `"}`...), nil
+}
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
 }
 
 // UnmarshalJSON reads the watcher payload back (for receivers and tests).
@@ -244,9 +288,12 @@ func (n *Notifier) Notify(webhooks []string, t Threshold) {
 	if len(webhooks) == 0 {
 		return
 	}
-	body, err := json.Marshal(t)
-	if err != nil { // cannot happen: every field marshals
-		n.logWarn("encode threshold payload", "error", err)
+	body, err := t.MarshalJSON()
+	if err != nil {
+		n.logWarn("watcher delivery failed", "error", err)
+		for range webhooks {
+			n.report(ResultFailed)
+		}
 		return
 	}
 	n.mu.RLock()

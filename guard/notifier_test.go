@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -78,6 +79,32 @@ func TestThresholdJSON(t *testing.T) {
 				t.Errorf("round trip: %+v, want %+v", back, want)
 			}
 		})
+	}
+}
+
+func TestThresholdJSONStrings(t *testing.T) {
+	for _, s := range []string{"plain", `quo"te\back`, "ctl\x00\x1f\n\t", "Zähl 箱 \u2028", "bad\xff\xfeutf8", "<html>&"} {
+		th := Threshold{Task: s, Scope: "user", User: s, Unit: "tokens", Period: "day", Threshold: 0.8, WindowEnd: windowEnd}
+		b, err := th.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%q: invalid JSON %s: %v", s, b, err)
+		}
+		var want string // what encoding/json makes of s
+		if std, err := json.Marshal(s); err != nil || json.Unmarshal(std, &want) != nil {
+			t.Fatal("encoding/json failed")
+		}
+		if got["task"] != want || got["user"] != want {
+			t.Errorf("%q: task %q, user %q; want %q", s, got["task"], got["user"], want)
+		}
+	}
+	for _, f := range []float64{math.NaN(), math.Inf(1)} {
+		if _, err := (Threshold{Threshold: f}).MarshalJSON(); err == nil {
+			t.Errorf("threshold %v encoded without error", f)
+		}
 	}
 }
 

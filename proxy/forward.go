@@ -221,48 +221,27 @@ func (c *call) readUsage(body []byte) {
 	c.haveUsage = true
 }
 
-// stripPlain removes the self-flag marker from a plain answer's text.
+// stripPlain removes the self-flag marker from a plain answer's text (every
+// choice of a chat answer, every output text of a Responses answer).
 func (c *call) stripPlain(body []byte) []byte {
-	path := c.rt.textPath
-	if c.rt == routeResponses {
-		path = responsesTextPath(body)
-	}
-	if path == "" {
+	var (
+		out     []byte
+		flagged bool
+		err     error
+	)
+	switch c.rt {
+	case routeChat:
+		out, flagged, err = guard.StripChatResponse(body)
+	case routeResponses:
+		out, flagged, err = guard.StripResponsesResponse(body)
+	default:
 		return body
 	}
-	text := gjson.GetBytes(body, path)
-	if text.Type != gjson.String {
+	if err != nil {
 		return body
 	}
-	stripped, flagged := guard.StripMarker(text.Str)
-	if !flagged {
-		return body
-	}
-	c.flagged = true
-	if b, err := sjson.SetBytes(body, path, stripped); err == nil {
-		return b
-	}
-	return body
-}
-
-// responsesTextPath finds the first output_text of a Responses answer.
-func responsesTextPath(body []byte) string {
-	out := gjson.GetBytes(body, "output")
-	path := ""
-	out.ForEach(func(i, item gjson.Result) bool {
-		if item.Get("type").Str != "message" {
-			return true
-		}
-		item.Get("content").ForEach(func(j, part gjson.Result) bool {
-			if part.Get("type").Str == "output_text" {
-				path = "output." + i.String() + ".content." + j.String() + ".text"
-				return false
-			}
-			return true
-		})
-		return path == ""
-	})
-	return path
+	c.flagged = c.flagged || flagged
+	return out
 }
 
 // cost is the call's actual cost in micro-dollars on the serving endpoint.

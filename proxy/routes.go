@@ -25,8 +25,6 @@ type route struct {
 	usageIn, usageOut string
 	// includeUsage: ask upstream streams for stream_options.include_usage.
 	includeUsage bool
-	// textPath is where a plain answer's text is (self-flag stripping).
-	textPath string
 }
 
 var (
@@ -36,7 +34,6 @@ var (
 		maxOutput: []string{"max_completion_tokens", "max_tokens"},
 		streams:   true, includeUsage: true,
 		usageIn: "usage.prompt_tokens", usageOut: "usage.completion_tokens",
-		textPath: "choices.0.message.content",
 	}
 	routeCompletions = &route{
 		name: "completions", path: "/completions",
@@ -44,7 +41,6 @@ var (
 		maxOutput: []string{"max_tokens"},
 		streams:   true, includeUsage: true,
 		usageIn: "usage.prompt_tokens", usageOut: "usage.completion_tokens",
-		textPath: "choices.0.text",
 	}
 	routeEmbeddings = &route{
 		name: "embeddings", path: "/embeddings",

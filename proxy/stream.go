@@ -41,9 +41,10 @@ func (c *call) relay(fc *fiber.Ctx, resp *fasthttp.Response) error {
 
 // streamState is what the relay keeps between events.
 type streamState struct {
-	text     bytes.Buffer // streamed output text, for counting without usage
-	stripper *guard.MarkerStripper
-	done     bool // [DONE] or a terminal Responses event was seen
+	text      bytes.Buffer // streamed output text as generated, for counting without usage
+	chatStrip *guard.ChatStreamStripper
+	respStrip *guard.ResponsesStreamStripper
+	done      bool // [DONE] or a terminal Responses event was seen
 }
 
 // pump copies events until the upstream ends, the client goes away or the
@@ -51,7 +52,12 @@ type streamState struct {
 func (c *call) pump(w *bufio.Writer, resp *fasthttp.Response) {
 	st := &streamState{}
 	if c.task.SelfFlag {
-		st.stripper = &guard.MarkerStripper{}
+		switch c.rt {
+		case routeChat:
+			st.chatStrip = &guard.ChatStreamStripper{}
+		case routeResponses:
+			st.respStrip = &guard.ResponsesStreamStripper{}
+		}
 	}
 	r := bufio.NewReaderSize(resp.BodyStream(), 32<<10)
 	var event []byte
@@ -103,7 +109,7 @@ func (c *call) pump(w *bufio.Writer, resp *fasthttp.Response) {
 
 // settleStreamed fills usage from the stream when no usage object came.
 func (c *call) settleStreamed(st *streamState) {
-	if st.stripper != nil && st.stripper.Flagged() {
+	if (st.chatStrip != nil && st.chatStrip.Flagged()) || (st.respStrip != nil && st.respStrip.Flagged()) {
 		c.flagged = true
 	}
 	if !c.haveUsage {
@@ -212,32 +218,16 @@ func (c *call) inspect(st *streamState, name, data []byte) ([]byte, bool) {
 	if c.rt == routeCompletions {
 		path = "choices.0.text"
 	}
-	if t := gjson.GetBytes(data, path); t.Type == gjson.String && t.Str != "" {
-		text := t.Str
-		if st.stripper != nil {
-			shown := st.stripper.Feed(text)
-			if shown != text {
-				src := data
-				if changed != nil {
-					src = changed
-				}
-				if b, err := sjson.SetBytes(src, path, shown); err == nil {
-					changed = b
-				}
-			}
-			text = shown
+	if t := gjson.GetBytes(data, path); t.Type == gjson.String {
+		st.text.WriteString(t.Str)
+	}
+	if st.chatStrip != nil {
+		src := data
+		if changed != nil {
+			src = changed
 		}
-		st.text.WriteString(text)
-	} else if st.stripper != nil && gjson.GetBytes(data, "choices.0.finish_reason").Type == gjson.String {
-		if rest := st.stripper.Flush(); rest != "" {
-			st.text.WriteString(rest)
-			src := data
-			if changed != nil {
-				src = changed
-			}
-			if b, err := sjson.SetBytes(src, path, rest); err == nil {
-				changed = b
-			}
+		if b, err := st.chatStrip.Chunk(src); err == nil && !bytes.Equal(b, src) {
+			changed = b
 		}
 	}
 	return changed, false
@@ -245,25 +235,13 @@ func (c *call) inspect(st *streamState, name, data []byte) ([]byte, bool) {
 
 // inspectResponses handles a Responses API stream event.
 func (c *call) inspectResponses(st *streamState, data []byte) ([]byte, bool) {
-	typ := gjson.GetBytes(data, "type").Str
-	switch typ {
+	switch gjson.GetBytes(data, "type").Str {
 	case "response.created":
 		if id := gjson.GetBytes(data, "response.id").Str; id != "" && c.served != nil {
 			c.s.rememberResponse(id, c.served.ep.Name)
 		}
 	case "response.output_text.delta":
-		d := gjson.GetBytes(data, "delta").Str
-		if st.stripper != nil {
-			shown := st.stripper.Feed(d)
-			st.text.WriteString(shown)
-			if shown != d {
-				if b, err := sjson.SetBytes(data, "delta", shown); err == nil {
-					return b, false
-				}
-			}
-			return nil, false
-		}
-		st.text.WriteString(d)
+		st.text.WriteString(gjson.GetBytes(data, "delta").Str)
 	case "response.completed", "response.failed", "response.incomplete":
 		st.done = true
 		if u := gjson.GetBytes(data, "response.usage"); u.IsObject() {
@@ -271,18 +249,10 @@ func (c *call) inspectResponses(st *streamState, data []byte) ([]byte, bool) {
 			c.out = u.Get("output_tokens").Int()
 			c.haveUsage = true
 		}
-		if st.stripper != nil {
-			st.stripper.Flush()
-			if p := responsesTextPath([]byte(gjson.GetBytes(data, "response").Raw)); p != "" {
-				full := "response." + p
-				if t := gjson.GetBytes(data, full); t.Type == gjson.String {
-					if s, ok := guard.StripMarker(t.Str); ok {
-						if b, err := sjson.SetBytes(data, full, s); err == nil {
-							return b, false
-						}
-					}
-				}
-			}
+	}
+	if st.respStrip != nil {
+		if b, err := st.respStrip.Event(data); err == nil && !bytes.Equal(b, data) {
+			return b, false
 		}
 	}
 	return nil, false
