@@ -24,6 +24,10 @@ import (
 // every /admin/* path behind the admin bearer token.
 func (s *Server) AdminApp() *fiber.App {
 	app := fiber.New(fiberConfig(s.state.Load().cfg, "taskgate-admin", s.errorHandler))
+	app.Use(func(fc *fiber.Ctx) error {
+		fc.Set("x-request-id", s.newRequestID())
+		return fc.Next()
+	})
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(s.m.Registry, promhttp.HandlerOpts{})))
 	app.Get("/healthz", func(fc *fiber.Ctx) error { return fc.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", s.readyz)

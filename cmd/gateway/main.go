@@ -22,6 +22,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
 
 	"taskgate/config"
 	"taskgate/guard"
@@ -50,6 +51,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	slog.SetDefault(log)
+	redis.SetLogger(redisLogger{log}) // go-redis's own lines (dial retries) as structured debug logs
 
 	var (
 		cfg  *config.Config
@@ -106,6 +108,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	log.Info("shutting down", "grace", cfg.ShutdownGrace.String())
 	g.shutdown(cfg.ShutdownGrace)
 	return 0
+}
+
+// redisLogger sends go-redis's internal log lines to slog at debug level;
+// store failures are logged and counted by the gateway itself.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis", "msg", fmt.Sprintf(format, v...))
 }
 
 // gateway is one running gateway: its store, server and listeners.
