@@ -38,10 +38,12 @@ const (
 	estPerMsg  = 4 // the estimate's tokens per message
 )
 
-// counter counts with one tokenizer; enc is nil for the estimate.
+// counter counts with one tokenizer (id 0: the estimate). Its encoding is
+// loaded on the first text it must count, so a call settled by the cheap
+// bound never loads a table.
 type counter struct {
-	id  uint8
-	enc tokenizer.Encoding
+	id   uint8
+	name string
 }
 
 // counterIDs numbers the tokenizers for cache keys and per-message counts.
@@ -58,25 +60,25 @@ func getCounter(name string) (counter, error) {
 	if id == 0 {
 		return counter{}, nil
 	}
-	enc, err := tokenizer.Get(name)
-	if err != nil {
-		return counter{}, fmt.Errorf("trim: load tokenizer: %w", err)
-	}
-	return counter{id: id, enc: enc}, nil
+	return counter{id: id, name: name}, nil
 }
 
 // exact reports whether the counter is a real tokenizer.
-func (c counter) exact() bool { return c.enc != nil }
+func (c counter) exact() bool { return c.id != 0 }
 
 // text counts a text: tokens, or ceil(bytes/4) for the estimate.
 func (c counter) text(s string) int {
-	if c.enc == nil {
+	if c.id == 0 {
 		return ceilDiv(len(s), 4)
 	}
 	if s == "" {
 		return 0
 	}
-	return c.enc.Count(s)
+	enc, err := tokenizer.Get(c.name) // loaded once; a map lookup after that
+	if err != nil {
+		return ceilDiv(len(s), 4)
+	}
+	return enc.Count(s)
 }
 
 // CountText counts streamed text with the named tokenizer ("o200k_base",

@@ -227,7 +227,7 @@ type partParam struct{ i, j int }
 
 func (p partParam) String() string { return fmt.Sprintf("messages[%d].content[%d]", p.i, p.j) }
 
-// exactCount counts a parsed message with a tokenizer (c.enc non-nil).
+// exactCount counts a parsed message with a tokenizer (c.exact()).
 func exactCount(c counter, msg *message) int {
 	n := perMessage + msg.info.media
 	gjson.Parse(msg.raw).ForEach(func(k, v gjson.Result) bool {

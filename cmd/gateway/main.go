@@ -30,7 +30,6 @@ import (
 	"taskgate/limits"
 	"taskgate/proxy"
 	"taskgate/tasks"
-	"taskgate/trim/tokenizer"
 )
 
 func main() {
@@ -155,13 +154,6 @@ func start(cfg *config.Config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	for _, e := range cfg.Endpoints {
-		if e.Tokenizer != "estimate" {
-			names = append(names, e.Tokenizer)
-		}
-	}
-	tokenizer.Preload(names...)
 	g.srv, err = proxy.New(proxy.Options{Registry: reg, Limiter: g.lim, Metrics: g.metrics, Logger: log, Notifier: g.notifier,
 		Reload: func() error {
 			if cfg.Path == "" {
