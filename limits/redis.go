@@ -84,7 +84,9 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 	if dial < time.Second {
 		dial = time.Second
 	}
-	pool := 10 * runtime.GOMAXPROCS(0)
+	// Calls wait on the store while upstream calls and streams are in
+	// flight, so the pool is sized for concurrency, not for CPUs.
+	pool := 64 * runtime.GOMAXPROCS(0)
 	switch scheme {
 	case "redis", "rediss", "unix":
 		opt, err := redis.ParseURL(o.URL)
@@ -97,6 +99,9 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 		opt.ContextTimeoutEnabled = true
 		if opt.PoolSize == 0 {
 			opt.PoolSize = pool
+		}
+		if opt.MinIdleConns == 0 {
+			opt.MinIdleConns = 4
 		}
 		opt.PoolTimeout = dial
 		return redis.NewClient(opt), false, nil

@@ -169,7 +169,7 @@ func fiberConfig(cfg *config.Config, name string, eh fiber.ErrorHandler) fiber.C
 	return fiber.Config{
 		AppName:               name,
 		BodyLimit:             bodyLimit,
-		ReadBufferSize:        16 << 10, // also the request header limit
+		ReadBufferSize:        8 << 10, // also the request header limit
 		ReadTimeout:           60 * time.Second,
 		WriteTimeout:          0, // streams may run long; idle clients are cut by IdleTimeout
 		IdleTimeout:           120 * time.Second,

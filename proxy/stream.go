@@ -59,7 +59,7 @@ func (c *call) pump(w *bufio.Writer, resp *fasthttp.Response) {
 			st.respStrip = &guard.ResponsesStreamStripper{}
 		}
 	}
-	r := bufio.NewReaderSize(resp.BodyStream(), 32<<10)
+	r := bufio.NewReaderSize(resp.BodyStream(), 4<<10) // readLine joins longer lines
 	var event []byte
 	var readErr error
 	for {
@@ -172,7 +172,14 @@ func (c *call) emit(w *bufio.Writer, st *streamState, event []byte) bool {
 	if _, err := w.Write(out); err != nil {
 		return false
 	}
-	if _, err := w.WriteString("\n"); err != nil {
+	// A blank line ends the event. An event cut off at the stream's end
+	// lacks its last line's newline: close that line first, so that what
+	// follows (the gateway's error event) is not read as part of it.
+	end := "\n"
+	if out[len(out)-1] != '\n' {
+		end = "\n\n"
+	}
+	if _, err := w.WriteString(end); err != nil {
 		return false
 	}
 	return w.Flush() == nil

@@ -48,7 +48,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logOut := newLogWriter(stderr) // the journal line never waits on a write(2)
+	defer logOut.Close()
+	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	slog.SetDefault(log)
 	redis.SetLogger(redisLogger{log}) // go-redis's own lines (dial retries) as structured debug logs
 
