@@ -206,7 +206,12 @@ func (s *Server) adminPostBlock(fc *fiber.Ctx) error {
 	now := time.Now()
 	br, err := guard.ParseBlockRequest(fc.Body(), now)
 	if err != nil {
-		return invalidRequest("", err.Error()).write(fc)
+		param := ""
+		var fe *guard.FieldError
+		if errors.As(err, &fe) {
+			param = fe.Field
+		}
+		return invalidRequest(param, err.Error()).write(fc)
 	}
 	b := limits.Block{User: br.User, Group: br.Group, Reason: br.Reason, Expires: br.Expires, Created: now.UTC().Truncate(time.Second)}
 	ctx, cancel := adminCtx()

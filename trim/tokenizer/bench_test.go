@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strings"
@@ -10,8 +11,10 @@ import (
 	"unsafe"
 )
 
-// benchInputs returns the benchmark texts: English prose, Go code, and a
-// 100 KB prompt mixing prose, code, YAML, multilingual text and edge cases.
+// benchInputs returns the benchmark texts: English prose, Go code, a 100 KB
+// prompt mixing prose, code, YAML, multilingual text and edge cases, and
+// 100 KB of random characters from many scripts (the worst case: few pieces
+// are tokens).
 func benchInputs(b *testing.B) []corpusFile {
 	b.Helper()
 	read := func(name string) string {
@@ -30,7 +33,28 @@ func benchInputs(b *testing.B) []corpusFile {
 			prompt.WriteString(read(n))
 		}
 	}
-	return []corpusFile{{"prose", prose}, {"code", code}, {"prompt100KB", prompt.String()[:100_000]}}
+	return []corpusFile{{"prose", prose}, {"code", code}, {"prompt100KB", prompt.String()[:100_000]}, {"charsoup100KB", charSoup(100_000)}}
+}
+
+// charSoup returns n bytes or so of lines of 50 random characters drawn from
+// words, digits, spaces, punctuation, accented letters, CJK, emoji and
+// invisible characters.
+func charSoup(n int) string {
+	r := rand.New(rand.NewPCG(1, 1))
+	pools := [][]rune{
+		[]rune("the quick brown fox jumps over a lazy dog "),
+		[]rune("0123456789"), []rune(" \t\n\n  "), []rune(".,;:!?'\"()[]{}<>/\\|-_=+*&^%$#@~`"),
+		[]rune("éèàçüößñ"), []rune("日本語中文한국어"), []rune("🙂🚀👍🏽🇫🇷"), []rune("\u200b\u00a0\ufeff"),
+	}
+	var b strings.Builder
+	for b.Len() < n {
+		for range 50 {
+			p := pools[r.IntN(len(pools))]
+			b.WriteRune(p[r.IntN(len(p))])
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 func benchEncodings(b *testing.B) []Encoding {
@@ -174,6 +198,25 @@ func BenchmarkLoad(b *testing.B) {
 			b.ReportMetric(float64(heap)/1e6, "heap-MB")
 			b.ReportMetric(float64(alloc)/1e6, "alloc-MB")
 			b.ReportMetric(float64(first.Microseconds())/1e3, "first-load-ms")
+		})
+	}
+}
+
+// BenchmarkCorpusFiles counts every corpus file with ours, o200k_base: the
+// long generated runs show the heap merge's speed.
+func BenchmarkCorpusFiles(b *testing.B) {
+	e, err := Get(O200kBase)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range loadCorpus(b) {
+		b.Run(f.name, func(b *testing.B) {
+			b.SetBytes(int64(len(f.text)))
+			cpu := startCPU()
+			for b.Loop() {
+				e.Count(f.text)
+			}
+			cpu.report(b, len(f.text))
 		})
 	}
 }

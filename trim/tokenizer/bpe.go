@@ -41,7 +41,7 @@ func (v *vocab) mergeSmall(p string, tok *[smallPiece]uint32) int {
 	}
 	start[n] = uint8(n)
 	for k := 0; k+1 < n; k++ {
-		pair[k] = v.rankOf(p[k : k+2])
+		pair[k] = v.pairRank[uint16(p[k])|uint16(p[k+1])<<8]
 	}
 	for m > 1 {
 		best, at := noRank, -1
@@ -102,7 +102,7 @@ func (v *vocab) mergeHeap(p string, dst []int, countOnly bool) ([]int, int) {
 		tok[k] = v.byteRank[p[k]]
 		pair[k] = noRank
 		if k+1 < n {
-			if r, ok := v.lookup(p[k : k+2]); ok {
+			if r := v.pairRank[uint16(p[k])|uint16(p[k+1])<<8]; r != noRank {
 				pair[k] = r
 				sc.heap = append(sc.heap, uint64(r)<<32|uint64(k))
 			}

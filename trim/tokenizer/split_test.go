@@ -58,8 +58,12 @@ func TestSplitMatchesRegexp2(t *testing.T) {
 		"'ſ 'K x'ſ", "a\u00a0b\u3000c\u2028d", "\u0301\u0301a \u0301A !\u0301",
 	}
 	for _, f := range loadCorpus(t) {
-		if utf8.ValidString(f.text) && len(f.text) < 40<<10 {
-			texts = append(texts, f.text)
+		text := f.text
+		if testing.Short() || raceEnabled {
+			text = text[:min(len(text), 1<<10)]
+		}
+		if utf8.ValidString(text) {
+			texts = append(texts, text)
 		}
 	}
 	c := loadClasses()

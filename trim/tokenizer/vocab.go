@@ -24,6 +24,13 @@ type vocab struct {
 	slots    []slot
 	mask     uint32
 	byteRank [256]uint32 // rank of each single byte (0 if absent, as tiktoken-go's map gives)
+	pairRank []uint32    // rank of each two-byte string b0 | b1<<8, or noRank
+	maxLen   int         // length of the longest token
+	// filter has one bit per hash value (bits 18 and up), set for every
+	// token's: most strings that are no token are told in a table small
+	// enough to stay in cache (about 8 bits a token, ~5% false positives).
+	filter []uint64
+	fmask  uint64
 }
 
 // slot is one entry of the hash table; meta == 0 marks it empty.
@@ -32,12 +39,18 @@ type slot struct {
 	meta uint64 // hash tag << 40 | min(len, 255) << 32 | rank+1
 }
 
-// probe returns the slot index to start at and the meta value (without the
-// rank) that a token s matches.
-func (v *vocab) probe(s string) (uint32, uint64, uint64) {
-	k := prefix8(s)
-	h := hashString(s, k)
-	return uint32(h) & v.mask, h>>40<<40 | uint64(min(len(s), 255))<<32, k
+// probe returns the hash of s, the slot index to start at, the meta value
+// (without the rank) that the token s matches, and s's first 8 bytes.
+func (v *vocab) probe(s string) (h uint64, i uint32, m, k uint64) {
+	k = prefix8(s)
+	h = hashString(s, k)
+	return h, uint32(h) & v.mask, h>>40<<40 | uint64(min(len(s), 255))<<32, k
+}
+
+// filterBit returns the word and bit of hash h in the filter.
+func (v *vocab) filterBit(h uint64) (uint64, uint64) {
+	b := (h >> 18) & v.fmask
+	return b >> 6, 1 << (b & 63)
 }
 
 // loadVocab reads the named rank file embedded by tiktoken-go-loader.
@@ -94,6 +107,8 @@ func parseVocab(data []byte) (*vocab, error) {
 	}
 	v.slots = make([]slot, size)
 	v.mask = uint32(size - 1)
+	v.filter = make([]uint64, size*8/64) // 8 bits per slot: ~20 bits a token
+	v.fmask = uint64(len(v.filter)*64 - 1)
 
 	next := 0 // next rank whose offset is unset
 	for rest := data; len(rest) > 0; {
@@ -120,18 +135,27 @@ func parseVocab(data []byte) (*vocab, error) {
 		v.offs[r+1] = uint32(len(v.arena))
 		v.insert(string(v.arena[start:]), uint32(r))
 	}
-	for b := 0; b < 256; b++ {
-		v.byteRank[b] = 0
-		if r, ok := v.lookup(string([]byte{byte(b)})); ok {
-			v.byteRank[b] = r
+	for r := 0; r+1 < len(v.offs); r++ {
+		v.maxLen = max(v.maxLen, int(v.offs[r+1]-v.offs[r]))
+	}
+	v.pairRank = make([]uint32, 1<<16)
+	for b := 0; b < 1<<16; b++ {
+		if b < 256 {
+			v.byteRank[b] = 0
+			if r, ok := v.lookup(string([]byte{byte(b)})); ok {
+				v.byteRank[b] = r
+			}
 		}
+		v.pairRank[b] = v.rankOf(string([]byte{byte(b), byte(b >> 8)}))
 	}
 	return v, nil
 }
 
 // insert adds tok with rank r; a later duplicate wins, as in a Go map.
 func (v *vocab) insert(tok string, r uint32) {
-	i, m, k := v.probe(tok)
+	h, i, m, k := v.probe(tok)
+	w, bit := v.filterBit(h)
+	v.filter[w] |= bit
 	for ; ; i = (i + 1) & v.mask {
 		e := &v.slots[i]
 		if e.meta == 0 || (e.meta&^0xffffffff == m && e.key == k && v.token(uint32(e.meta)-1) == tok) {
@@ -148,7 +172,13 @@ func (v *vocab) token(r uint32) string {
 
 // lookup returns the rank of s, if s is a token.
 func (v *vocab) lookup(s string) (uint32, bool) {
-	i, m, k := v.probe(s)
+	if len(s) > v.maxLen {
+		return noRank, false
+	}
+	h, i, m, k := v.probe(s)
+	if w, bit := v.filterBit(h); v.filter[w]&bit == 0 {
+		return noRank, false
+	}
 	for ; ; i = (i + 1) & v.mask {
 		e := &v.slots[i]
 		if e.meta == 0 {
