@@ -28,7 +28,7 @@ type vocab struct {
 	maxLen   int         // length of the longest token
 	// filter has one bit per hash value (bits 18 and up), set for every
 	// token's: most strings that are no token are told in a table small
-	// enough to stay in cache (about 8 bits a token, ~5% false positives).
+	// enough to stay in cache (about 20 bits a token, ~5% false positives).
 	filter []uint64
 	fmask  uint64
 }
