@@ -54,10 +54,25 @@ func (s *Server) readyz(fc *fiber.Ctx) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := s.lim.Ping(ctx); err != nil {
+	err := s.lim.Ping(ctx)
+	degraded := s.lim.Degraded()
+	s.m.StoreDegraded.Set(boolFloat(degraded))
+	if err != nil {
+		if s.state.Load().cfg.Store.OnError == config.FailOpen {
+			// fail_open serves on local counts: taking every replica out of
+			// the load balancer would defeat it.
+			return fc.JSON(fiber.Map{"status": "degraded", "error": err.Error()})
+		}
 		return fc.Status(503).JSON(fiber.Map{"status": "store unavailable", "error": err.Error()})
 	}
-	return fc.JSON(fiber.Map{"status": "ready", "degraded": s.lim.Degraded()})
+	return fc.JSON(fiber.Map{"status": "ready", "degraded": degraded})
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // adminAuth checks the admin bearer token in constant time.

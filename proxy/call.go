@@ -411,6 +411,11 @@ func (c *call) reserve(eps []*tasks.Endpoint) *apiError {
 		return &apiError{Status: 503, Code: "store_unavailable", Message: "the limits store cannot be reached; try again shortly", RetryAfterRaw: "1"}
 	}
 	c.decision = d
+	if c.s.lim.Degraded() {
+		c.s.m.StoreDegraded.Set(1)
+	} else {
+		c.s.m.StoreDegraded.Set(0)
+	}
 	for _, r := range d.TaskRatios {
 		c.s.m.LimitUsageRatio.WithLabelValues(c.task.Key, r.Unit, r.Period).Set(r.Ratio)
 	}

@@ -138,6 +138,9 @@ func newEnv(t testing.TB, cfgText string, o envOptions) *env {
 
 func (e *env) start(cfg *config.Config, o envOptions) {
 	t := e.t
+	if o.onError != "" {
+		cfg.Store.OnError = o.onError
+	}
 	if o.redisURL != "" {
 		prefix := o.prefix
 		if prefix == "" {
