@@ -4,16 +4,18 @@
 --
 -- KEYS[1]  <base>events
 -- ARGV[1]  n counters, ARGV[2] e events, ARGV[3] event log cap
--- then n × (key, field, amount, TTL ms), then e event JSONs.
+-- then n × (window key, amount, TTL ms), then e event JSONs. The amount
+-- is settled usage: it is added to u (settled) and t (settled + reserved).
 local n, e = tonumber(ARGV[1]), tonumber(ARGV[2])
 for i = 1, n do
-  local a = 3 + 4 * (i - 1)
-  redis.call('HINCRBY', ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
-  redis.call('PEXPIRE', ARGV[a + 1], ARGV[a + 4])
+  local a = 3 + 3 * (i - 1)
+  redis.call('HINCRBY', ARGV[a + 1], 'u', ARGV[a + 2])
+  redis.call('HINCRBY', ARGV[a + 1], 't', ARGV[a + 2])
+  redis.call('PEXPIRE', ARGV[a + 1], ARGV[a + 3])
 end
 if e > 0 then
   for j = 1, e do
-    redis.call('LPUSH', KEYS[1], ARGV[3 + 4 * n + j])
+    redis.call('LPUSH', KEYS[1], ARGV[3 + 3 * n + j])
   end
   redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[3]) - 1)
 end

@@ -1,10 +1,15 @@
 package limits
 
 import (
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"taskgate/internal/redistest"
+	"taskgate/tasks"
 )
 
 // BenchmarkReserveSettle is one call's limit work: Reserve then Settle, with
@@ -68,4 +73,117 @@ func BenchmarkReserveSettleParallel(b *testing.B) {
 			})
 		})
 	}
+}
+
+// gatewayTask has the end-to-end benchmark's limits (docs/PERFORMANCE.md):
+// seven windows, task and user, in every unit.
+func gatewayTask(key string) *tasks.Task {
+	return newTask(key, lim(tS, req, pMin, 1e9), lim(tS, req, pDay, 1e11), lim(tS, tok, pMin, 1e12), lim(tS, mo, pDay, 1e14),
+		lim(uS, req, pMin, 1e9), lim(uS, tok, pDay, 1e12), lim(uS, mo, pDay, 1e14))
+}
+
+// gatewayOutcome is a plain call's outcome as the proxy settles it: the
+// usage and the "call" event with the journal's detail.
+func gatewayOutcome(i int) Outcome {
+	return Outcome{
+		Actual: Usage{InputTokens: 12, OutputTokens: 9, Money: 33},
+		Events: []Event{{Time: time.Now(), Kind: "call", Task: "bench.chat", User: "bench-user", Source: "load", RequestID: "req-" + strconv.Itoa(i),
+			Detail: map[string]any{"key": "bench", "endpoint": "mini", "model": "gpt-4o-mini", "status": 200, "code": "",
+				"input_tokens": int64(12), "output_tokens": int64(9), "cost_micros": int64(33), "cost": "0.000033",
+				"latency_ms": 0.412, "trimmed": 0, "flagged": false, "failed_over": false, "stream": false, "anomalies": []string{}}}},
+	}
+}
+
+// BenchmarkGatewayCall is the limit work of one plain call of the
+// end-to-end benchmark: Reserve, then Settle with one "call" event.
+func BenchmarkGatewayCall(b *testing.B) {
+	for _, k := range []struct {
+		name string
+		st   func(b *testing.B) Store
+	}{
+		{"memory", func(*testing.B) Store { return NewMemoryStore() }},
+		{"redis", func(b *testing.B) Store { return newRedis(b, redistest.URL(b), time.Second) }},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			l := New(Options{Store: k.st(b)})
+			task := gatewayTask("bench.chat")
+			call := Call{Task: task, User: "bench-user", Estimate: Usage{InputTokens: 12, OutputTokens: 200, Money: 150}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d, err := l.Reserve(bg, call)
+				if err != nil || d.Hold == nil {
+					b.Fatalf("Reserve: %v %+v", err, d.Refusal)
+				}
+				if _, err := l.Settle(bg, d.Hold, gatewayOutcome(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGatewayCallConcurrent runs the same as the proxy does, on
+// Redis: 32 goroutines (the end-to-end benchmark's connections) each
+// reserve a call and settle it in a goroutine of its own, without waiting.
+// Besides time, it reports round trips, this process's CPU and
+// redis-server's CPU per call.
+func BenchmarkGatewayCallConcurrent(b *testing.B) {
+	s := newRedis(b, redistest.URL(b), time.Second)
+	l := New(Options{Store: s})
+	task := gatewayTask("bench.chat")
+	call := Call{Task: task, User: "bench-user", Estimate: Usage{InputTokens: 12, OutputTokens: 200, Money: 150}}
+	var settles sync.WaitGroup
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	trips0, cpu0, rcpu0 := s.RoundTrips(), processCPU(), redisCPU(b, s)
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			d, err := l.Reserve(bg, call)
+			if err != nil || d.Hold == nil {
+				b.Errorf("Reserve: %v", err)
+				return
+			}
+			settles.Add(1)
+			go func(h *Hold, o Outcome) {
+				defer settles.Done()
+				if _, err := l.Settle(bg, h, o); err != nil {
+					b.Error(err)
+				}
+			}(d.Hold, gatewayOutcome(i))
+		}
+	})
+	settles.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(s.RoundTrips()-trips0)/float64(b.N), "trips/op")
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(redisCPU(b, s)-rcpu0)/float64(time.Microsecond)/float64(b.N), "redis-cpu-µs/op")
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the CPU time redis-server has used (INFO cpu).
+func redisCPU(b *testing.B, s *RedisStore) time.Duration {
+	info, err := s.Client().Info(bg, "cpu").Result()
+	if err != nil {
+		b.Fatalf("INFO cpu: %v", err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

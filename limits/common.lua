@@ -11,8 +11,13 @@ local IDS = {
   'u:tokens:minute', 'u:tokens:hour', 'u:tokens:day', 'u:tokens:month',
   'u:money:minute', 'u:money:hour', 'u:money:day', 'u:money:month',
 }
-local IDX = {}
-for i, id in ipairs(IDS) do IDX[id] = i end
+-- indexes maps each id back to its index; built only when needed (a task
+-- with overrides), since every script run would otherwise pay for it.
+local function indexes()
+  local idx = {}
+  for i, id in ipairs(IDS) do idx[id] = i end
+  return idx
+end
 
 -- wkey is the counter hash of window idx for the period starting at stamp:
 -- <base>t:tokens:day:2026-11-30 or <base>u:<user>:tokens:day:2026-11-30.
@@ -30,8 +35,8 @@ local function unitOf(idx) return math.floor((idx - 1) / 4) % 3 + 1 end
 local function periodOf(idx) return (idx - 1) % 4 + 1 end
 
 -- reap releases up to max holds of one task whose lease ended at or before
--- now: each held amount is taken off its window's reserved field (when the
--- window still exists), and the hold is forgotten.
+-- now: each held amount is taken off its window's total (t: settled +
+-- reserved; when the window still exists), and the hold is forgotten.
 local function reap(base, now, max)
   local leases = base .. 'leases'
   local ids = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, max)
@@ -43,7 +48,7 @@ local function reap(base, now, max)
       local h = cjson.decode(rec)
       for i = 1, #h, 2 do
         if redis.call('EXISTS', h[i]) == 1 then
-          redis.call('HINCRBY', h[i], 'r', '-' .. h[i + 1])
+          redis.call('HINCRBY', h[i], 't', '-' .. h[i + 1])
         end
       end
       redis.call('HDEL', holds, id)

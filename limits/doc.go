@@ -17,15 +17,15 @@
 // Cluster). Redis keys, for prefix P and task T (the task is a hash tag, so
 // every key of one call shares a Cluster slot):
 //
-//	P{T}:t:<unit>:<period>:<start>          task window: hash {u: settled, r: reserved}
+//	P{T}:t:<unit>:<period>:<start>          task window: hash {u: settled, t: settled + reserved}
 //	P{T}:u:<user>:<unit>:<period>:<start>   user window: the same
 //	P{T}:t:<unit>:<period>:<start>:th:<t>   threshold t of that window claimed (SET NX)
 //	P{T}:ov                                 limit overrides: hash window id → value
 //	P{T}:holds                              open holds: hash hold id → JSON [key, amount, …]
 //	P{T}:leases                             open holds by lease end: zset (unix ms)
-//	P{T}:cph:<user>                         calls in the last hour: zset (unix ms)
+//	P{T}:cph:<user>                         calls in the last hour: zset (unix ms), and "~" (TTL last set)
 //	P{T}:flags:<user>:<day>                 off-purpose flags of a day: counter
-//	P{T}:events                             event log: list, newest first, capped at 1000
+//	P{T}:events                             event log: list, newest first, the newest 1000 read
 //	Pblocks                                 blocks: hash "<group>\0<user>" → "<expiry ms>|<json>"
 //
 // <unit> is requests, tokens or money (micro-dollars); <period> is minute,
@@ -37,6 +37,17 @@
 // (plus up to 30s jitter) after their window ends, so there is no reset
 // logic. Times (now, lease ends) come from the gateway's clock and TTLs are
 // relative, never Redis TIME.
+//
+// Redis work per call is kept small, since Redis shares the machine: a
+// window's total (t) is both the check and the reservation (one HINCRBY a
+// window; a refusal takes its increments back), settling a window adds to
+// u and, only when the actual usage differs from the reservation, to t;
+// TTLs are set when a key is created (the sliding hour's key once an hour,
+// by its "~" marker), and the event log is trimmed once it is 64 past its
+// cap. Concurrent scripts share round trips: a reserve or settle that finds
+// two of its kind in flight waits, and the ones that waited meanwhile go
+// out together as one pipeline of EVALSHAs (each still atomic); one alone
+// goes out at once, so a lone call costs one round trip as before.
 //
 // Blocks: the blocks hash is one key outside every task's slot. On plain
 // Redis and Sentinel the reserve script reads it atomically with the

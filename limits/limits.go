@@ -190,6 +190,7 @@ type Limiter struct {
 	clock    func() time.Time
 	id       string
 	seq      atomic.Uint64
+	windows  windowCache
 
 	local      *memoryStore // fail_open: serves while the store is down
 	degraded   atomic.Bool
@@ -265,7 +266,7 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	pw := currentWindows(now, l.loc)
+	pw := l.windows.get(now, l.loc)
 	op := reserveOp{
 		task:       c.Task.Key,
 		user:       c.User,
@@ -327,6 +328,17 @@ func (l *Limiter) decide(c Call, now time.Time, pw *[nPeriods]periodWin, op *res
 	}
 	allowed := rep.status == statusOK
 	var refused *winState
+	var trios [2]Trio // requests, tokens: the window with the least remaining
+	var hasTrio [2]bool
+	nTask := 0
+	for _, w := range rep.windows {
+		if !winIsUser(w.idx) {
+			nTask++
+		}
+	}
+	if nTask > 0 {
+		d.TaskRatios = make([]Ratio, 0, nTask)
+	}
 	for i := range rep.windows {
 		w := &rep.windows[i]
 		amt := op.amount(winUnit(w.idx))
@@ -340,15 +352,11 @@ func (l *Limiter) decide(c Call, now time.Time, pw *[nPeriods]periodWin, op *res
 			after += amt
 		}
 		rem := max(w.limit-after, 0)
-		var trio **Trio
-		switch winUnit(w.idx) {
-		case unitRequests:
-			trio = &d.Requests
-		case unitTokens:
-			trio = &d.Tokens
-		}
-		if trio != nil && (*trio == nil || rem < (*trio).Remaining) {
-			*trio = &Trio{Limit: w.limit, Remaining: rem, Reset: pw[winPeriod(w.idx)].end.Sub(now)}
+		if u := winUnit(w.idx); u == unitRequests || u == unitTokens {
+			if !hasTrio[u] || rem < trios[u].Remaining {
+				trios[u] = Trio{Limit: w.limit, Remaining: rem, Reset: pw[winPeriod(w.idx)].end.Sub(now)}
+				hasTrio[u] = true
+			}
 		}
 		if !winIsUser(w.idx) {
 			r := 1.0
@@ -356,6 +364,16 @@ func (l *Limiter) decide(c Call, now time.Time, pw *[nPeriods]periodWin, op *res
 				r = float64(after) / float64(w.limit)
 			}
 			d.TaskRatios = append(d.TaskRatios, Ratio{Unit: winUnitName(w.idx), Period: winPeriodName(w.idx), Ratio: r})
+		}
+	}
+	if hasTrio[unitRequests] || hasTrio[unitTokens] {
+		t := new([2]Trio) // one allocation for both
+		*t = trios
+		if hasTrio[unitRequests] {
+			d.Requests = &t[unitRequests]
+		}
+		if hasTrio[unitTokens] {
+			d.Tokens = &t[unitTokens]
 		}
 	}
 	if !allowed {
@@ -445,28 +463,40 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 		winOf = append(winOf, i)
 	}
 	if o.Flagged && h.user != "" {
-		day := currentWindows(now, l.loc)[2]
+		day := l.windows.get(now, l.loc)[2]
 		op.flagKey = flagKey(h.user, day.stamp)
 		op.flagTTL = settleTTL(now, day.end)
 	}
 	var other []Event
-	for _, ev := range o.Events {
-		ev = l.fillEvent(ev, now)
-		if ev.Task == "" {
-			ev.Task = t.Key
+	if len(o.Events) > 0 {
+		// One buffer for every event of this task; op.events are slices of it.
+		var ends [8]int
+		cut := ends[:0]
+		buf := make([]byte, 0, 640*len(o.Events))
+		for _, ev := range o.Events {
+			ev = l.fillEvent(ev, now)
+			if ev.Task == "" {
+				ev.Task = t.Key
+			}
+			if ev.RequestID == "" {
+				ev.RequestID = h.requestID
+			}
+			if ev.Task != t.Key {
+				other = append(other, ev)
+				continue
+			}
+			var err error
+			if buf, err = appendEvent(buf, &ev); err != nil {
+				return SettleResult{}, fmt.Errorf("settle %s: encode event: %w", t.Key, err)
+			}
+			cut = append(cut, len(buf))
 		}
-		if ev.RequestID == "" {
-			ev.RequestID = h.requestID
+		op.events = make([][]byte, len(cut))
+		start := 0
+		for i, end := range cut {
+			op.events[i] = buf[start:end:end]
+			start = end
 		}
-		if ev.Task != t.Key {
-			other = append(other, ev)
-			continue
-		}
-		js, err := json.Marshal(ev)
-		if err != nil {
-			return SettleResult{}, fmt.Errorf("settle %s: encode event: %w", t.Key, err)
-		}
-		op.events = append(op.events, js)
 	}
 
 	var (
@@ -518,7 +548,7 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 			Reason:  fmt.Sprintf("auto-blocked: %d off-purpose requests today in task %s", rep.flags, t.Key),
 			Created: now.UTC(),
 		}
-		ev, _ := json.Marshal(Event{
+		ev, _ := appendEvent(nil, &Event{
 			Time: now.UTC(), Kind: "block", Task: t.Key, User: h.user, RequestID: h.requestID,
 			Detail: map[string]any{"group": group, "reason": b.Reason, "auto": true, "flags": rep.flags},
 		})
@@ -574,7 +604,7 @@ type WindowUsage struct {
 // Expired holds of the task are released first.
 func (l *Limiter) Usage(ctx context.Context, t *tasks.Task, user string) ([]WindowUsage, error) {
 	now := l.now()
-	pw := currentWindows(now, l.loc)
+	pw := l.windows.get(now, l.loc)
 	op := reserveOp{task: t.Key, user: user, userLimits: t.UserLimits, peek: true,
 		now: now.UnixMilli(), limits: configLimits(t, user)}
 	for i := range pw {
@@ -738,7 +768,7 @@ func (l *Limiter) AddEvents(ctx context.Context, evs ...Event) error {
 	var order []string
 	for _, ev := range evs {
 		ev = l.fillEvent(ev, now)
-		js, err := json.Marshal(ev)
+		js, err := appendEvent(nil, &ev)
 		if err != nil {
 			return fmt.Errorf("add events: encode: %w", err)
 		}

@@ -295,7 +295,9 @@ func (s *memoryStore) appendEvents(task string, evs [][]byte) {
 	}
 	l := append(s.eventsM[task], evs...)
 	if len(l) > eventCap {
-		l = append([][]byte(nil), l[len(l)-eventCap:]...)
+		// Drop the oldest in place; the backing array is reused until
+		// appends run off its end, so a full log costs O(1) an event.
+		l = l[len(l)-eventCap:]
 	}
 	s.eventsM[task] = l
 }

@@ -26,8 +26,8 @@ var (
 	//go:embed apply.lua
 	applyLua string
 
-	reserveScript = redis.NewScript(commonLua + reserveLua)
-	settleScript  = redis.NewScript(commonLua + settleLua)
+	reserveScript = newLuaScript(commonLua + reserveLua)
+	settleScript  = newLuaScript(commonLua + settleLua)
 	applyScript   = redis.NewScript(applyLua)
 )
 
@@ -45,13 +45,27 @@ type RedisOptions struct {
 
 // RedisStore is a Store in Redis (plain, Sentinel or Cluster). Every key of
 // one task carries the task as a hash tag, so one call's keys share a
-// Cluster slot; the blocks hash is the exception (see doc.go).
+// Cluster slot; the blocks hash is the exception (see doc.go). Concurrent
+// reserve and settle scripts are coalesced into pipelines (scriptBatcher).
 type RedisStore struct {
 	c       redis.UniversalClient
 	prefix  string
 	cluster bool
 	trips   atomic.Int64
+	// reserves and settles coalesce concurrent scripts into pipelines.
+	reserves, settles *scriptBatcher
 }
+
+// reserveBatches and settleBatches are how many reserve and settle round
+// trips may be in flight at once; calls that find that many wait and go
+// out together in the next. A batch holds at most maxBatch scripts, so
+// that one pipeline stays well within the read timeout (a script runs in
+// tens of microseconds).
+const (
+	reserveBatches = 2
+	settleBatches  = 2
+	maxBatch       = 64
+)
 
 var _ Store = (*RedisStore)(nil)
 
@@ -65,7 +79,8 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
-	s := &RedisStore{c: c, prefix: o.Prefix, cluster: cluster}
+	s := &RedisStore{c: c, prefix: o.Prefix, cluster: cluster, settles: newScriptBatcher(c, settleBatches, maxBatch)}
+	s.reserves = newScriptBatcher(c, reserveBatches, maxBatch)
 	c.AddHook(tripHook{&s.trips})
 	return s, nil
 }
@@ -252,7 +267,8 @@ func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // RoundTrips is the number of commands, pipelines and scripts sent so far
-// (a script retried as EVAL after NOSCRIPT counts twice).
+// (a script retried as EVAL after NOSCRIPT counts twice; a pipeline of
+// coalesced scripts counts once).
 func (s *RedisStore) RoundTrips() int64 { return s.trips.Load() }
 
 // Client is the underlying go-redis client (for tests and diagnostics).
@@ -275,44 +291,59 @@ func (s *RedisStore) blocksKey() string { return s.prefix + "blocks" }
 
 func (s *RedisStore) reserve(ctx context.Context, op *reserveOp) (reserveReply, error) {
 	base := s.base(op.task)
-	keys := []string{base + "ov", s.blocksKey()}
-	if s.cluster || op.peek {
+	blocksInScript := !s.cluster && !op.peek
+	if !blocksInScript && !op.peek && op.user != "" {
 		// The blocks hash lives in a slot of its own: read it first.
-		keys = keys[:1]
-		if !op.peek && op.user != "" {
-			vals, err := s.c.HMGet(ctx, s.blocksKey(), blockField(op.group, op.user), blockField("*", op.user)).Result()
-			if err != nil {
-				return reserveReply{}, fmt.Errorf("read blocks: %w", err)
-			}
-			for _, v := range vals {
-				if str, ok := v.(string); ok {
-					if b, ok := parseBlockValue(str); ok && (b.exp == 0 || b.exp > op.now) {
-						return reserveReply{status: statusBlocked, block: b.json}, nil
-					}
+		vals, err := s.c.HMGet(ctx, s.blocksKey(), blockField(op.group, op.user), blockField("*", op.user)).Result()
+		if err != nil {
+			return reserveReply{}, fmt.Errorf("read blocks: %w", err)
+		}
+		for _, v := range vals {
+			if str, ok := v.(string); ok {
+				if b, ok := parseBlockValue(str); ok && (b.exp == 0 || b.exp > op.now) {
+					return reserveReply{status: statusBlocked, block: b.json}, nil
 				}
 			}
 		}
 	}
-	args := make([]any, 0, 20+2*len(op.limits))
+	c := newScriptCmd(reserveScript, 22+2*len(op.limits))
+	c.key(base + "ov")
+	if blocksInScript {
+		c.key(s.blocksKey())
+	}
 	mode := "r"
 	if op.peek {
 		mode = "p"
 	}
-	args = append(args, base, op.user, boolArg(op.userLimits), op.now, op.leaseUntil, op.holdID,
-		op.tokens, op.money, blockField(op.group, op.user), boolArg(op.cph), mode)
+	c.str(base)
+	c.str(op.user)
+	c.bool(op.userLimits)
+	c.num(op.now)
+	c.num(op.leaseUntil)
+	c.str(op.holdID)
+	c.num(op.tokens)
+	c.num(op.money)
+	c.str(blockField(op.group, op.user))
+	c.bool(op.cph)
+	c.str(mode)
 	for _, st := range op.stamps {
-		args = append(args, st)
+		c.str(st)
 	}
 	for _, t := range op.ttls {
-		args = append(args, t)
+		c.num(t)
 	}
-	args = append(args, len(op.limits))
+	c.num(int64(len(op.limits)))
 	for _, l := range op.limits {
-		args = append(args, l.idx+1, l.value)
+		c.num(int64(l.idx + 1))
+		c.num(l.value)
 	}
-	res, err := reserveScript.Run(ctx, s.c, keys, args...).Slice()
+	reply, err := s.reserves.run(ctx, c)
 	if err != nil {
 		return reserveReply{}, fmt.Errorf("reserve script: %w", err)
+	}
+	res, ok := reply.([]any)
+	if !ok {
+		return reserveReply{}, fmt.Errorf("reserve script: reply is a %T, not an array", reply)
 	}
 	return parseReserveReply(res)
 }
@@ -351,30 +382,43 @@ func parseReserveReply(res []any) (reserveReply, error) {
 	return rep, nil
 }
 
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
 func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, error) {
 	base := s.base(op.task)
-	args := make([]any, 0, 13+4*len(op.wins)+len(op.thresholds)+len(op.events))
-	args = append(args, base, op.user, op.holdID, op.resTokens, op.resMoney, op.actTokens, op.actMoney,
-		len(op.wins), len(op.thresholds), len(op.events), op.flagKey, op.flagTTL, eventCap)
+	c := newScriptCmd(settleScript, 15+4*len(op.wins)+len(op.thresholds)+len(op.events))
+	c.key(base + "holds")
+	c.str(base)
+	c.str(op.user)
+	c.str(op.holdID)
+	c.num(op.resTokens)
+	c.num(op.resMoney)
+	c.num(op.actTokens)
+	c.num(op.actMoney)
+	c.num(int64(len(op.wins)))
+	c.num(int64(len(op.thresholds)))
+	c.num(int64(len(op.events)))
+	c.str(op.flagKey)
+	c.num(op.flagTTL)
+	c.num(eventCap)
+	c.num(eventTrimAt)
 	for _, w := range op.wins {
-		args = append(args, w.idx+1, w.stamp, w.ttl, w.limit)
+		c.num(int64(w.idx + 1))
+		c.str(w.stamp)
+		c.num(w.ttl)
+		c.num(w.limit)
 	}
 	for _, t := range op.thresholds {
-		args = append(args, formatThreshold(t))
+		c.str(formatThreshold(t))
 	}
 	for _, e := range op.events {
-		args = append(args, e)
+		c.bytes(e)
 	}
-	res, err := settleScript.Run(ctx, s.c, []string{base + "holds"}, args...).Slice()
+	reply, err := s.settles.run(ctx, c)
 	if err != nil {
 		return settleReply{}, fmt.Errorf("settle script: %w", err)
+	}
+	res, ok := reply.([]any)
+	if !ok {
+		return settleReply{}, fmt.Errorf("settle script: reply is a %T, not an array", reply)
 	}
 	var rep settleReply
 	if len(res) < 2 || (len(res)-2)%3 != 0 {
@@ -520,7 +564,7 @@ func (s *RedisStore) events(ctx context.Context, task string) ([][]byte, error) 
 
 func (s *RedisStore) apply(ctx context.Context, task string, now int64, ds []delta, evs [][]byte) error {
 	base := s.base(task)
-	args := make([]any, 0, 3+4*len(ds)+len(evs))
+	args := make([]any, 0, 3+3*len(ds)+len(evs))
 	var n int
 	for _, d := range ds {
 		ttl := d.expire.UnixMilli() - now
@@ -528,7 +572,7 @@ func (s *RedisStore) apply(ctx context.Context, task string, now int64, ds []del
 			continue
 		}
 		n++
-		args = append(args, windowKey(base, d.user, d.idx, d.stamp), "u", d.amount, ttl)
+		args = append(args, windowKey(base, d.user, d.idx, d.stamp), d.amount, ttl)
 	}
 	if n == 0 && len(evs) == 0 {
 		return nil

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -65,8 +66,7 @@ func TestRedisKeyLayout(t *testing.T) {
 		if err != nil || ttl <= 0 || ttl > k.maxTTL {
 			t.Errorf("%s: TTL %v, %v (want in (0, %v])", k.key, ttl, err, k.maxTTL)
 		}
-		r, _ := c.HGet(bg, k.key, "r").Int64()
-		if r == 0 {
+		if tot, _ := c.HGet(bg, k.key, "t").Int64(); tot == 0 {
 			t.Errorf("%s: nothing reserved", k.key)
 		}
 	}
@@ -77,8 +77,8 @@ func TestRedisKeyLayout(t *testing.T) {
 	if n, _ := c.Exists(bg, base+"holds", base+"leases").Result(); n != 0 {
 		t.Errorf("hold left after settle")
 	}
-	if u, _ := c.HGet(bg, base+"t:tokens:day:2026-11-30", "u").Int64(); u != 5 {
-		t.Errorf("used %d, want 5", u)
+	if h, _ := c.HGetAll(bg, base+"t:tokens:day:2026-11-30").Result(); h["u"] != "5" || h["t"] != "5" || len(h) != 2 {
+		t.Errorf("window after settle %v, want u 5 t 5", h)
 	}
 	// Every key of the task shares one hash slot.
 	keys, _ := c.Keys(bg, s.prefix+"*").Result()
@@ -207,5 +207,76 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRedisWindowGone settles holds whose window keys vanished meanwhile
+// (eviction, a manual DEL): only the actual usage is counted, nothing is
+// left reserved or below zero, and a key made by the settle has a TTL.
+func TestRedisWindowGone(t *testing.T) {
+	s := newRedis(t, redistest.URL(t), time.Second)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	l := New(Options{Store: s, Now: func() time.Time { return now }})
+	task := newTask("gone", lim(tS, tok, pDay, 1000), lim(tS, req, pDay, 100))
+	c := s.Client()
+	base := s.prefix + "{gone}:"
+	tokKey, reqKey := base+"t:tokens:day:2026-11-30", base+"t:requests:day:2026-11-30"
+	for _, tc := range []struct {
+		name      string
+		out       Outcome
+		tok       map[string]string // the tokens window after the settle (nil: no key)
+		wantCross int
+	}{
+		{"used", Outcome{Actual: Usage{InputTokens: 7}}, map[string]string{"u": "7", "t": "7"}, 0},
+		{"failed", Outcome{Failed: true}, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := mustReserve(t, l, Call{Task: task, Estimate: Usage{InputTokens: 10}})
+			if err := c.Del(bg, tokKey, reqKey).Err(); err != nil {
+				t.Fatal(err)
+			}
+			mustSettle(t, l, d.Hold, tc.out)
+			h, _ := c.HGetAll(bg, tokKey).Result()
+			if fmt.Sprint(h) != fmt.Sprint(tc.tok) && !(len(h) == 0 && tc.tok == nil) {
+				t.Errorf("tokens window %v, want %v", h, tc.tok)
+			}
+			if r, _ := c.HGetAll(bg, reqKey).Result(); r["u"] != "1" || r["t"] != "1" {
+				t.Errorf("requests window %v, want u 1 t 1", r)
+			}
+			for _, k := range []string{tokKey, reqKey} {
+				if ttl, _ := c.PTTL(bg, k).Result(); ttl == -1 {
+					t.Errorf("%s has no TTL", k)
+				}
+			}
+			if err := c.Del(bg, tokKey, reqKey).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRedisCallsPerHourKey checks the sliding hour's key: one member per
+// call plus the TTL marker, which is not counted, and a TTL of more than
+// an hour after the newest call.
+func TestRedisCallsPerHourKey(t *testing.T) {
+	s := newRedis(t, redistest.URL(t), time.Second)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	l := New(Options{Store: s})
+	task := newTask("cphkey")
+	task.MaxCallsPerHour = 10
+	k := s.prefix + "{cphkey}:cph:u"
+	for i, at := range []time.Duration{0, 30 * time.Minute, 59 * time.Minute, 61 * time.Minute, 125 * time.Minute} {
+		d := mustReserve(t, l, Call{Task: task, User: "u", Now: t0.Add(at)})
+		want := []int64{1, 2, 3, 3, 1}[i]
+		if d.CallsLastHour != want {
+			t.Errorf("call at %v: %d calls in the hour, want %d", at, d.CallsLastHour, want)
+		}
+		n, _ := s.Client().ZCard(bg, k).Result()
+		if n != want+1 {
+			t.Errorf("call at %v: %d members, want %d and the marker", at, n, want)
+		}
+		if ttl, _ := s.Client().PTTL(bg, k).Result(); ttl < time.Hour+time.Minute {
+			t.Errorf("call at %v: TTL %v", at, ttl)
+		}
 	}
 }

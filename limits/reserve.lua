@@ -18,10 +18,15 @@
 -- ARGV[16..19] key TTLs in ms:      minute, hour, day, month
 -- ARGV[20] n, then n pairs (window index 1..24, config limit)
 --
+-- A window's key is a hash {u: settled, t: settled + reserved}.
+--
 -- Returns {1, block-json} when the user is blocked; otherwise
 -- {status, calls, idx, limit, used, reserved, override, ...} for every window
--- that has a limit, in canonical order, with used and reserved as they were
--- before this call; status 0 = reserved, 2 = refused (nothing written).
+-- that has a limit, in canonical order, as they were before this call;
+-- status 0 = reserved, 2 = refused (nothing written). When reserving, used
+-- is settled + reserved and reserved is 0 (only their sum is needed): each
+-- window then costs one HINCRBY of t, whose result is the check, and a
+-- refusal takes those increments back.
 local base, user = ARGV[1], ARGV[2]
 local now = tonumber(ARGV[4])
 local peek = ARGV[11] == 'p'
@@ -53,6 +58,7 @@ for i = 1, n do
 end
 local userOn = ARGV[3] == '1'
 local ov = redis.call('HGETALL', KEYS[1])
+local IDX = #ov > 0 and indexes() or nil
 for i = 1, #ov, 2 do
   local idx = IDX[ov[i]]
   if idx and (idx <= 12 or userOn) then
@@ -63,47 +69,67 @@ end
 
 local amt = {'1', ARGV[7], ARGV[8]}
 local out = {0, 0}
-local wins = {}
 local fail = false
+local done = {} -- keys incremented, with their amounts: taken back on a refusal
 for idx = 1, 24 do
   local l = lim[idx]
   if l and (idx <= 12 or user ~= '') then
     local u, p = unitOf(idx), periodOf(idx)
     local k = wkey(base, user, idx, ARGV[11 + p])
-    local v = redis.call('HMGET', k, 'u', 'r')
-    local used, res = tonumber(v[1]) or 0, tonumber(v[2]) or 0
-    if l <= 0 or used + res + tonumber(amt[u]) > l then fail = true end
+    local a = tonumber(amt[u])
+    local used, res
+    if peek then
+      local v = redis.call('HMGET', k, 'u', 't')
+      used = tonumber(v[1]) or 0
+      res = (tonumber(v[2]) or 0) - used
+    elseif fail or a == 0 or l <= 0 then
+      used, res = tonumber(redis.call('HGET', k, 't')) or 0, 0
+      if l <= 0 or used + a > l then fail = true end
+    else
+      local after = redis.call('HINCRBY', k, 't', amt[u])
+      used, res = after - a, 0
+      if used == 0 then
+        -- The key is new (or held nothing): it gets its TTL, which runs to
+        -- the window's end plus grace, so later calls need not set it.
+        redis.call('PEXPIRE', k, ARGV[15 + p])
+      end
+      done[#done + 1] = {k, amt[u]}
+      if after > l then fail = true end
+    end
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = idx, l, used, res, src[idx]
-    wins[#wins + 1] = {k, u, p}
   end
 end
 if peek then return out end
 if fail then
+  for _, d in ipairs(done) do
+    redis.call('HINCRBY', d[1], 't', '-' .. d[2])
+  end
   out[1] = 2
   return out
 end
 
 local rec = {}
-for _, w in ipairs(wins) do
-  local a = amt[w[2]]
-  if a ~= '0' then
-    redis.call('HINCRBY', w[1], 'r', a)
-    rec[#rec + 1] = w[1]
-    rec[#rec + 1] = a
-  end
-  redis.call('PEXPIRE', w[1], ARGV[15 + w[3]])
+for _, d in ipairs(done) do
+  rec[#rec + 1] = d[1]
+  rec[#rec + 1] = d[2]
 end
 if #rec > 0 then
   redis.call('HSET', base .. 'holds', ARGV[6], cjson.encode(rec))
   redis.call('ZADD', base .. 'leases', ARGV[5], ARGV[6])
 end
 
+-- The sliding hour: one member per call (score: its time) and the marker
+-- member '~', whose score is when the key's TTL was last set. The marker
+-- leaves with the calls of more than an hour ago, and the TTL (2h5m) is set
+-- again whenever it comes back, so the key outlives its newest call by more
+-- than an hour with one PEXPIRE an hour instead of one a call.
 if ARGV[10] == '1' and user ~= '' then
   local k = base .. 'cph:' .. user
-  redis.call('ZADD', k, now, ARGV[6])
   redis.call('ZREMRANGEBYSCORE', k, '-inf', now - 3600000)
-  out[2] = redis.call('ZCARD', k)
-  redis.call('PEXPIRE', k, 3660000)
+  if redis.call('ZADD', k, 'NX', now, ARGV[6], now, '~') == 2 then
+    redis.call('PEXPIRE', k, 7500000)
+  end
+  out[2] = redis.call('ZCARD', k) - 1
 end
 return out

@@ -9,11 +9,15 @@
 -- ARGV[6]  actual tokens     ARGV[7] actual money
 -- ARGV[8]  w: windows        ARGV[9] t: thresholds     ARGV[10] e: events
 -- ARGV[11] flag key suffix ('' : no flag)             ARGV[12] flag key TTL ms
--- ARGV[13] event log cap
+-- ARGV[13] event log cap     ARGV[14] trim the log once it is longer than this
 -- then w × (window index, stamp, TTL ms, limit), t thresholds, e event JSONs.
 --
--- A hold already released (its lease ran out and it was reaped) is not
--- subtracted again: only the actual usage is added.
+-- A window's key is a hash {u: settled, t: settled + reserved}. A hold
+-- already released (its lease ran out and it was reaped) is not subtracted
+-- again: only the actual usage is added. Values the commands return are
+-- used instead of reading again (before and after come from HINCRBY of u),
+-- t is not touched when the actual usage equals the reservation (a request),
+-- and a TTL is set only on a key this call creates.
 -- Returns {found, flags, (window position, threshold position, used)...}.
 local base, user, id = ARGV[1], ARGV[2], ARGV[3]
 local found = 0
@@ -24,30 +28,47 @@ end
 local res = {'1', ARGV[4], ARGV[5]}
 local act = {'1', ARGV[6], ARGV[7]}
 local nw, nt, ne = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local th0 = 13 + 4 * nw
+local th0 = 14 + 4 * nw
 local out = {found, 0}
 for i = 1, nw do
-  local a = 13 + 4 * (i - 1)
+  local a = 14 + 4 * (i - 1)
   local idx = tonumber(ARGV[a + 1])
   local ttl = ARGV[a + 3]
   local limit = tonumber(ARGV[a + 4])
   local u = unitOf(idx)
   local k = wkey(base, user, idx, ARGV[a + 2])
-  if found == 1 and res[u] ~= '0' and redis.call('EXISTS', k) == 1 then
-    redis.call('HINCRBY', k, 'r', '-' .. res[u])
-  end
-  local before = tonumber(redis.call('HGET', k, 'u')) or 0
-  local after = before
-  if act[u] ~= '0' then
+  -- u (settled) gains the actual usage; t (settled + reserved) gains the
+  -- actual usage less the reservation (when the hold was still open).
+  local ra = 0
+  if found == 1 then ra = tonumber(res[u]) end
+  local aa = tonumber(act[u])
+  local before, after = 0, 0
+  if aa ~= 0 then
     after = redis.call('HINCRBY', k, 'u', act[u])
-    redis.call('PEXPIRE', k, ttl)
+    before = after - aa
+    if before == 0 and redis.call('PTTL', k) == -1 then
+      -- This call made the key (its window's key was gone): it holds only
+      -- this usage, and gets its TTL.
+      redis.call('HSET', k, 't', act[u])
+      redis.call('PEXPIRE', k, ttl)
+      ra, aa = 0, 0
+    end
   end
-  if limit > 0 then
-    for j = 1, nt do
-      local t = tonumber(ARGV[th0 + j]) * limit
-      if before < t and after >= t then
-        if redis.call('SET', k .. ':th:' .. ARGV[th0 + j], '1', 'NX', 'PX', ttl) then
-          out[#out + 1], out[#out + 2], out[#out + 3] = i, j, after
+  if aa ~= ra then
+    -- Below zero with no TTL: the window's key was gone and this made it;
+    -- leave it gone (the reservation went with it).
+    if redis.call('HINCRBY', k, 't', aa - ra) < 0 and redis.call('PTTL', k) == -1 then
+      redis.call('DEL', k)
+    end
+  end
+  if after ~= before then
+    if limit > 0 then
+      for j = 1, nt do
+        local t = tonumber(ARGV[th0 + j]) * limit
+        if before < t and after >= t then
+          if redis.call('SET', k .. ':th:' .. ARGV[th0 + j], '1', 'NX', 'PX', ttl) then
+            out[#out + 1], out[#out + 2], out[#out + 3] = i, j, after
+          end
         end
       end
     end
@@ -56,13 +77,17 @@ end
 if ARGV[11] ~= '' then
   local fk = base .. ARGV[11]
   out[2] = redis.call('INCR', fk)
-  redis.call('PEXPIRE', fk, ARGV[12])
+  if out[2] == 1 then redis.call('PEXPIRE', fk, ARGV[12]) end
 end
 if ne > 0 then
   local ek = base .. 'events'
-  for j = 1, ne do
-    redis.call('LPUSH', ek, ARGV[th0 + nt + j])
+  local len = 0
+  local e0 = th0 + nt
+  for j = 1, ne, 200 do
+    len = redis.call('LPUSH', ek, unpack(ARGV, e0 + j, e0 + math.min(j + 199, ne)))
   end
-  redis.call('LTRIM', ek, 0, tonumber(ARGV[13]) - 1)
+  if len > tonumber(ARGV[14]) then
+    redis.call('LTRIM', ek, 0, tonumber(ARGV[13]) - 1)
+  end
 end
 return out

@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"taskgate/config"
@@ -34,6 +35,11 @@ type Store interface {
 
 // eventCap is how many events a task's log keeps (the newest).
 const eventCap = 1000
+
+// eventTrimAt is how long the settle script lets a Redis event log grow
+// before trimming it back to eventCap: one LTRIM per 64 events instead of
+// one a call. Readers read only the newest eventCap.
+const eventTrimAt = eventCap + 63
 
 // Window indexes: scope*12 + unit*4 + period, in the canonical order of
 // config.ScopeNames, config.UnitNames and config.PeriodNames.
@@ -244,5 +250,25 @@ type delta struct {
 // flagKey is the key (below base) of a user's flag count for one day.
 func flagKey(user, dayStamp string) string { return "flags:" + user + ":" + dayStamp }
 
-// formatThreshold renders a threshold as it appears in claim keys.
-func formatThreshold(t float64) string { return strconv.FormatFloat(t, 'g', -1, 64) }
+// formatThreshold renders a threshold as it appears in claim keys. The
+// few thresholds configs use are formatted once and remembered.
+func formatThreshold(t float64) string {
+	thresholdMu.RLock()
+	s, ok := thresholdStr[t]
+	thresholdMu.RUnlock()
+	if ok {
+		return s
+	}
+	s = strconv.FormatFloat(t, 'g', -1, 64)
+	thresholdMu.Lock()
+	if len(thresholdStr) < 1024 {
+		thresholdStr[t] = s
+	}
+	thresholdMu.Unlock()
+	return s
+}
+
+var (
+	thresholdMu  sync.RWMutex
+	thresholdStr = map[float64]string{}
+)

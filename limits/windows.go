@@ -2,6 +2,7 @@ package limits
 
 import (
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,4 +55,27 @@ func settleTTL(now, end time.Time) int64 {
 		return 0
 	}
 	return d
+}
+
+// windowCache remembers the windows of the last minute asked for, so that
+// the calls of one minute share their stamps instead of formatting them
+// again.
+type windowCache struct {
+	last atomic.Pointer[cachedWindows]
+}
+
+type cachedWindows struct {
+	loc *time.Location
+	w   [nPeriods]periodWin
+}
+
+// get is currentWindows(now, loc), from the cache when now falls in the
+// cached minute.
+func (c *windowCache) get(now time.Time, loc *time.Location) [nPeriods]periodWin {
+	if cw := c.last.Load(); cw != nil && cw.loc == loc && !now.Before(cw.w[0].start) && now.Before(cw.w[0].end) {
+		return cw.w
+	}
+	w := currentWindows(now, loc)
+	c.last.Store(&cachedWindows{loc: loc, w: w})
+	return w
 }

@@ -77,3 +77,24 @@ func TestWindowKey(t *testing.T) {
 		t.Error("unknown unit has an index")
 	}
 }
+
+// TestWindowCache checks that cached windows are those currentWindows
+// computes, across minute, hour and zone changes and a clock going back.
+func TestWindowCache(t *testing.T) {
+	kol := mustLoad(t, "Asia/Kolkata")
+	base := time.Date(2026, 11, 30, 23, 58, 59, 0, time.UTC)
+	var c windowCache
+	for _, step := range []struct {
+		d   time.Duration
+		loc *time.Location
+	}{
+		{0, time.UTC}, {500 * time.Millisecond, time.UTC}, {time.Second, time.UTC}, {61 * time.Second, time.UTC},
+		{90 * time.Second, kol}, {90 * time.Second, time.UTC}, {-time.Hour, time.UTC}, {-time.Hour + time.Second, time.UTC},
+		{-time.Nanosecond, time.UTC}, {0, time.UTC},
+	} {
+		now := base.Add(step.d)
+		if got, want := c.get(now, step.loc), currentWindows(now, step.loc); got != want {
+			t.Errorf("%v in %v: cached %+v, want %+v", now, step.loc, got, want)
+		}
+	}
+}

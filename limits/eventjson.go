@@ -1,0 +1,194 @@
+package limits
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// appendEvent appends ev as encoding/json would marshal it, byte for byte,
+// without reflection: the Detail values of the kinds events carry (strings,
+// booleans, integers, floats, string lists, nil) are written directly and
+// any other value is marshalled by encoding/json. Errors are encoding/json's
+// (a NaN, a time outside years 0–9999, a value it cannot encode).
+func appendEvent(dst []byte, ev *Event) ([]byte, error) {
+	if !jsonSafeTime(ev.Time) {
+		return appendMarshal(dst, *ev)
+	}
+	dst = append(dst, `{"time":"`...)
+	dst = ev.Time.AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, `","kind":`...)
+	dst = appendJSONString(dst, ev.Kind)
+	dst = append(dst, `,"task":`...)
+	dst = appendJSONString(dst, ev.Task)
+	dst = append(dst, `,"user":`...)
+	dst = appendJSONString(dst, ev.User)
+	dst = append(dst, `,"source":`...)
+	dst = appendJSONString(dst, ev.Source)
+	dst = append(dst, `,"request_id":`...)
+	dst = appendJSONString(dst, ev.RequestID)
+	dst = append(dst, `,"detail":`...)
+	dst, err := appendDetail(dst, ev.Detail)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, '}'), nil
+}
+
+// jsonSafeTime reports whether t.AppendFormat(RFC3339Nano) is what
+// time.Time.MarshalJSON writes (it refuses years outside 0–9999 and
+// offsets of a day or more).
+func jsonSafeTime(t time.Time) bool {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return false
+	}
+	_, off := t.Zone()
+	return off > -24*3600 && off < 24*3600
+}
+
+// appendDetail appends a map with its keys sorted, as encoding/json does.
+func appendDetail(dst []byte, m map[string]any) ([]byte, error) {
+	if m == nil {
+		return append(dst, "null"...), nil
+	}
+	var arr [24]string
+	keys := arr[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, k)
+		dst = append(dst, ':')
+		var err error
+		if dst, err = appendJSONValue(dst, m[k]); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// appendJSONValue appends v; kinds it does not know go to encoding/json.
+func appendJSONValue(dst []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(dst, "null"...), nil
+	case string:
+		return appendJSONString(dst, x), nil
+	case bool:
+		return strconv.AppendBool(dst, x), nil
+	case int:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int64:
+		return strconv.AppendInt(dst, x, 10), nil
+	case int32:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case uint64:
+		return strconv.AppendUint(dst, x, 10), nil
+	case float64:
+		if !math.IsInf(x, 0) && !math.IsNaN(x) {
+			return appendJSONFloat(dst, x), nil
+		}
+	case []string:
+		if x == nil {
+			return append(dst, "null"...), nil
+		}
+		dst = append(dst, '[')
+		for i, s := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, s)
+		}
+		return append(dst, ']'), nil
+	}
+	return appendMarshal(dst, v)
+}
+
+// appendMarshal appends what encoding/json makes of v.
+func appendMarshal(dst []byte, v any) ([]byte, error) {
+	js, err := json.Marshal(v)
+	return append(dst, js...), err
+}
+
+// appendJSONFloat is encoding/json's float64 format (ES6 number to string).
+func appendJSONFloat(dst []byte, f float64) []byte {
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 → e-9
+		n := len(dst)
+		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString is encoding/json's string encoding with HTML escaping:
+// <, > and & as \u003c…, control bytes escaped, invalid UTF-8 as \ufffd,
+// U+2028 and U+2029 escaped.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		if c == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if c == '\u2028' || c == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[c&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
