@@ -15,9 +15,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"taskgate/config"
+	"taskgate/internal/jsonstr"
 )
 
 // Threshold is what a watcher is told when a window's count crosses one of
@@ -66,7 +66,7 @@ func amount(unit string, v int64) any {
 // appendAmount appends a count as an integer, or micro-dollars as a dollar string.
 func appendAmount(b []byte, unit string, v int64) []byte {
 	if unit == config.UnitMoney {
-		return appendJSONString(b, config.FormatMicros(v))
+		return jsonstr.Append(b, config.FormatMicros(v))
 	}
 	return strconv.AppendInt(b, v, 10)
 }
@@ -79,19 +79,19 @@ func (t Threshold) MarshalJSON() ([]byte, error) {
 	}
 	b := make([]byte, 0, 256)
 	b = append(b, `{"event":"threshold","task":`...)
-	b = appendJSONString(b, t.Task)
+	b = jsonstr.Append(b, t.Task)
 	b = append(b, `,"scope":`...)
-	b = appendJSONString(b, t.Scope)
+	b = jsonstr.Append(b, t.Scope)
 	b = append(b, `,"user":`...)
 	if t.Scope == config.ScopeTask {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, t.User)
+		b = jsonstr.Append(b, t.User)
 	}
 	b = append(b, `,"unit":`...)
-	b = appendJSONString(b, t.Unit)
+	b = jsonstr.Append(b, t.Unit)
 	b = append(b, `,"period":`...)
-	b = appendJSONString(b, t.Period)
+	b = jsonstr.Append(b, t.Period)
 	b = append(b, `,"threshold":`...)
 	b = strconv.AppendFloat(b, t.Threshold, 'g', -1, 64)
 	b = append(b, `,"used":`...)
@@ -101,35 +101,6 @@ func (t Threshold) MarshalJSON() ([]byte, error) {
 	b = append(b, `,"window_end":"`...)
 	b = t.WindowEnd.AppendFormat(b, time.RFC3339)
 	return append(b, `"}`...), nil
-}
-
-// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }
 
 // UnmarshalJSON reads the watcher payload back (for receivers and tests).

@@ -5,8 +5,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"taskgate/internal/jsonstr"
 	"time"
-	"unicode/utf8"
 )
 
 // appendEvent appends ev as encoding/json would marshal it, byte for byte,
@@ -21,15 +21,15 @@ func appendEvent(dst []byte, ev *Event) ([]byte, error) {
 	dst = append(dst, `{"time":"`...)
 	dst = ev.Time.AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, `","kind":`...)
-	dst = appendJSONString(dst, ev.Kind)
+	dst = jsonstr.AppendHTML(dst, ev.Kind)
 	dst = append(dst, `,"task":`...)
-	dst = appendJSONString(dst, ev.Task)
+	dst = jsonstr.AppendHTML(dst, ev.Task)
 	dst = append(dst, `,"user":`...)
-	dst = appendJSONString(dst, ev.User)
+	dst = jsonstr.AppendHTML(dst, ev.User)
 	dst = append(dst, `,"source":`...)
-	dst = appendJSONString(dst, ev.Source)
+	dst = jsonstr.AppendHTML(dst, ev.Source)
 	dst = append(dst, `,"request_id":`...)
-	dst = appendJSONString(dst, ev.RequestID)
+	dst = jsonstr.AppendHTML(dst, ev.RequestID)
 	dst = append(dst, `,"detail":`...)
 	dst, err := appendDetail(dst, ev.Detail)
 	if err != nil {
@@ -65,7 +65,7 @@ func appendDetail(dst []byte, m map[string]any) ([]byte, error) {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, k)
+		dst = jsonstr.AppendHTML(dst, k)
 		dst = append(dst, ':')
 		var err error
 		if dst, err = appendJSONValue(dst, m[k]); err != nil {
@@ -81,7 +81,7 @@ func appendJSONValue(dst []byte, v any) ([]byte, error) {
 	case nil:
 		return append(dst, "null"...), nil
 	case string:
-		return appendJSONString(dst, x), nil
+		return jsonstr.AppendHTML(dst, x), nil
 	case bool:
 		return strconv.AppendBool(dst, x), nil
 	case int:
@@ -105,7 +105,7 @@ func appendJSONValue(dst []byte, v any) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, s)
+			dst = jsonstr.AppendHTML(dst, s)
 		}
 		return append(dst, ']'), nil
 	}
@@ -138,57 +138,3 @@ func appendJSONFloat(dst []byte, f float64) []byte {
 }
 
 const hexDigits = "0123456789abcdef"
-
-// appendJSONString is encoding/json's string encoding with HTML escaping:
-// <, > and & as \u003c…, control bytes escaped, invalid UTF-8 as \ufffd,
-// U+2028 and U+2029 escaped.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}

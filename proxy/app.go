@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"strings"
+	"taskgate/internal/jsonstr"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -71,7 +72,7 @@ func (s *Server) models(fc *fiber.Ctx) error {
 			b = append(b, ',')
 		}
 		b = append(b, `{"id":`...)
-		b = appendJSONString(b, t.Key)
+		b = jsonstr.Append(b, t.Key)
 		b = append(b, `,"object":"model","created":`...)
 		b = append(b, itoa(created)...)
 		b = append(b, `,"owned_by":"taskgate"}`...)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"taskgate/internal/jsonstr"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -54,49 +55,24 @@ func invalidRequest(param, msg string) *apiError {
 	return &apiError{Status: 400, Code: "invalid_request", Message: msg, Param: param}
 }
 
-// appendJSONString appends s as a JSON string literal.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c == '\n':
-			dst = append(dst, '\\', 'n')
-		case c == '\r':
-			dst = append(dst, '\\', 'r')
-		case c == '\t':
-			dst = append(dst, '\\', 't')
-		case c < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigit(c>>4), hexDigit(c&0xf))
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
-}
-
-func hexDigit(b byte) byte { return "0123456789abcdef"[b&0xf] }
-
 // body renders the error JSON.
 func (e *apiError) body() []byte {
 	b := make([]byte, 0, 128+len(e.Message))
 	b = append(b, `{"error":{"message":`...)
-	b = appendJSONString(b, e.Message)
+	b = jsonstr.Append(b, e.Message)
 	b = append(b, `,"type":`...)
-	b = appendJSONString(b, errorType(e.Status))
+	b = jsonstr.Append(b, errorType(e.Status))
 	b = append(b, `,"param":`...)
 	if e.Param == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, e.Param)
+		b = jsonstr.Append(b, e.Param)
 	}
 	b = append(b, `,"code":`...)
 	if e.Code == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, e.Code)
+		b = jsonstr.Append(b, e.Code)
 	}
 	return append(b, "}}"...)
 }

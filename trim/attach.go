@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"slices"
 	"strconv"
+	"taskgate/internal/jsonstr"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -281,7 +282,7 @@ func cutMessage(raw string, reqs []shareReq) (string, int) {
 			b = base64.StdEncoding.AppendEncode(b, []byte(s))
 			b = append(b, '"')
 		} else {
-			b = appendJSONString(b, s)
+			b = jsonstr.Append(b, s)
 		}
 		last = a.end
 	}
@@ -290,34 +291,4 @@ func cutMessage(raw string, reqs []shareReq) (string, int) {
 	}
 	b = append(b, raw[last:]...)
 	return string(b), cut
-}
-
-// appendJSONString appends s as a JSON string, escaping only what JSON
-// requires.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if ch >= 0x20 && ch != '"' && ch != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch ch {
-		case '"', '\\':
-			b = append(b, '\\', ch)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[ch>>4], hex[ch&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"taskgate/internal/jsonstr"
 	"testing"
 	"unicode/utf8"
 
@@ -327,7 +328,7 @@ func TestChatAttachmentCut(t *testing.T) {
 	a := bigText(r, 40000)
 	fileB := bigText(r, 20000)
 	body := readFixture(t, "attachments.json")
-	body = bytes.Replace(body, []byte(`"ATTACHMENT_A"`), appendJSONString(nil, a), 1)
+	body = bytes.Replace(body, []byte(`"ATTACHMENT_A"`), jsonstr.Append(nil, a), 1)
 	body = bytes.Replace(body, []byte(`"FILE_B"`), []byte(`"data:text/plain;base64,`+base64.StdEncoding.EncodeToString([]byte(fileB))+`"`), 1)
 	e := enc(t, "o200k_base")
 	ta, tb, tn := e.Count(a), e.Count(fileB), e.Count("short note")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"taskgate/internal/jsonstr"
 )
 
 // genOpts shapes a generated chat history.
@@ -25,7 +26,7 @@ func genHistory(r *rand.Rand, n int, o genOpts) []byte {
 	text := func() string { return randomText(r, 1+r.IntN(2*o.size)) }
 	var msgs []string
 	add := func(format string, args ...any) { msgs = append(msgs, fmt.Sprintf(format, args...)) }
-	str := func(s string) string { return string(appendJSONString(nil, s)) }
+	str := func(s string) string { return string(jsonstr.Append(nil, s)) }
 	add(`{"role":"system","content":%s}`, str(text()))
 	call := 0
 	toolRound := func() {

@@ -2,6 +2,7 @@ package fakeupstream
 
 import (
 	"strconv"
+	"taskgate/internal/jsonstr"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -25,17 +26,17 @@ func appendHead(b []byte, idPrefix string, seq uint64, object, model string) []b
 	b = append(b, `","created":`...)
 	b = strconv.AppendInt(b, time.Now().Unix(), 10)
 	b = append(b, `,"model":`...)
-	return appendJSONString(b, model)
+	return jsonstr.Append(b, model)
 }
 
 // appendToolCall appends the tool_calls entry of a plain answer.
 func appendToolCall(b []byte, a *answer) []byte {
 	b = append(b, `[{"id":`...)
-	b = appendJSONString(b, a.toolID)
+	b = jsonstr.Append(b, a.toolID)
 	b = append(b, `,"type":"function","function":{"name":`...)
-	b = appendJSONString(b, a.tool.Name)
+	b = jsonstr.Append(b, a.tool.Name)
 	b = append(b, `,"arguments":`...)
-	b = appendJSONString(b, a.tool.Arguments)
+	b = jsonstr.Append(b, a.tool.Arguments)
 	return append(b, "}}]"...)
 }
 
@@ -53,10 +54,10 @@ func (c *call) chat() {
 		b = append(b, `null,"tool_calls":`...)
 		b = appendToolCall(b, a)
 	} else {
-		b = appendJSONString(b, a.content)
+		b = jsonstr.Append(b, a.content)
 	}
 	b = append(b, `,"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":`...)
-	b = appendJSONString(b, a.finish)
+	b = jsonstr.Append(b, a.finish)
 	b = append(b, "}]"...)
 	if !c.b.NoUsage {
 		b = appendChatUsage(append(b, `,"usage":`...), a.usage)
@@ -105,9 +106,9 @@ func (c *call) chatStream(a *answer) {
 	ch := make([]byte, 0, 256)
 	if a.tool != nil {
 		ch = append(ch, `{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":`...)
-		ch = appendJSONString(ch, a.toolID)
+		ch = jsonstr.Append(ch, a.toolID)
 		ch = append(ch, `,"type":"function","function":{"name":`...)
-		ch = appendJSONString(ch, a.tool.Name)
+		ch = jsonstr.Append(ch, a.tool.Name)
 		ch = append(ch, `,"arguments":""}}],"refusal":null},"logprobs":null,"finish_reason":null}`...)
 	} else {
 		ch = append(ch, `{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}`...)
@@ -118,11 +119,11 @@ func (c *call) chatStream(a *answer) {
 	for i, p := range a.pieces {
 		if a.tool != nil {
 			ch = append(ch[:0], `{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":`...)
-			ch = appendJSONString(ch, p)
+			ch = jsonstr.Append(ch, p)
 			ch = append(ch, `}}]},"logprobs":null,"finish_reason":null}`...)
 		} else {
 			ch = append(ch[:0], `{"index":0,"delta":{"content":`...)
-			ch = appendJSONString(ch, p)
+			ch = jsonstr.Append(ch, p)
 			ch = append(ch, `},"logprobs":null,"finish_reason":null}`...)
 		}
 		if !emit(ch, running(i+1)) {
@@ -130,7 +131,7 @@ func (c *call) chatStream(a *answer) {
 		}
 	}
 	ch = append(ch[:0], `{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
-	ch = appendJSONString(ch, a.finish)
+	ch = jsonstr.Append(ch, a.finish)
 	ch = append(ch, '}')
 	var final *Usage
 	if repeat {
@@ -168,9 +169,9 @@ func (c *call) completions() {
 	b := make([]byte, 0, 320+len(text))
 	b = appendHead(b, "cmpl-fake", c.seq, "text_completion", a.model)
 	b = append(b, `,"choices":[{"text":`...)
-	b = appendJSONString(b, text)
+	b = jsonstr.Append(b, text)
 	b = append(b, `,"index":0,"logprobs":null,"finish_reason":`...)
-	b = appendJSONString(b, a.finish)
+	b = jsonstr.Append(b, a.finish)
 	b = append(b, "}]"...)
 	if !c.b.NoUsage {
 		b = appendCompletionUsage(append(b, `,"usage":`...), a.usage)
@@ -209,7 +210,7 @@ func (c *call) completionsStream(a *answer) {
 	ch := make([]byte, 0, 128)
 	for i, p := range a.pieces {
 		ch = append(ch[:0], `{"text":`...)
-		ch = appendJSONString(ch, p)
+		ch = jsonstr.Append(ch, p)
 		ch = append(ch, `,"index":0,"logprobs":null,"finish_reason":null}`...)
 		var u *Usage
 		if repeat {
@@ -221,7 +222,7 @@ func (c *call) completionsStream(a *answer) {
 		}
 	}
 	ch = append(ch[:0], `{"text":"","index":0,"logprobs":null,"finish_reason":`...)
-	ch = appendJSONString(ch, a.finish)
+	ch = jsonstr.Append(ch, a.finish)
 	ch = append(ch, '}')
 	var final *Usage
 	if repeat {

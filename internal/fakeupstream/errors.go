@@ -3,6 +3,7 @@ package fakeupstream
 import (
 	"net/http"
 	"strconv"
+	"taskgate/internal/jsonstr"
 )
 
 // errorDefaults gives the OpenAI error type, code and message for a status.
@@ -50,13 +51,13 @@ func appendErrorBody(b []byte, typ, code, msg, param string) []byte {
 	if param == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, param)
+		b = jsonstr.Append(b, param)
 	}
 	b = append(b, `,"code":`...)
 	if code == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, code)
+		b = jsonstr.Append(b, code)
 	}
 	return append(b, "}}"...)
 }

@@ -3,6 +3,7 @@ package fakeupstream
 import (
 	"encoding/json"
 	"reflect"
+	"taskgate/internal/jsonstr"
 	"testing"
 )
 
@@ -54,9 +55,9 @@ func TestAppendJSONString(t *testing.T) {
 		{"\u2028", `"\u2028"`},
 	}
 	for _, tt := range tests {
-		got := string(appendJSONString(nil, tt.in))
+		got := string(jsonstr.Append(nil, tt.in))
 		if got != tt.want {
-			t.Errorf("appendJSONString(%q) = %s, want %s", tt.in, got, tt.want)
+			t.Errorf("jsonstr.Append(%q) = %s, want %s", tt.in, got, tt.want)
 		}
 		var back string
 		if err := json.Unmarshal([]byte(got), &back); err != nil {

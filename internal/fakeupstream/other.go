@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"taskgate/internal/jsonstr"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -114,7 +115,7 @@ func (c *call) embeddings() {
 		b = append(b, '}')
 	}
 	b = append(b, `],"model":`...)
-	b = appendJSONString(b, model)
+	b = jsonstr.Append(b, model)
 	if !c.b.NoUsage {
 		b = append(b, `,"usage":{`...)
 		b = appendKInt(b, "prompt_tokens", u.PromptTokens)

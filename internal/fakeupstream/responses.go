@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"taskgate/internal/jsonstr"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -102,12 +103,12 @@ func (rs *respState) appendOutputItem(b []byte, done bool) []byte {
 		b = append(b, `","type":"function_call","status":"`...)
 		b = append(b, status...)
 		b = append(b, `","call_id":`...)
-		b = appendJSONString(b, a.toolID)
+		b = jsonstr.Append(b, a.toolID)
 		b = append(b, `,"name":`...)
-		b = appendJSONString(b, a.tool.Name)
+		b = jsonstr.Append(b, a.tool.Name)
 		b = append(b, `,"arguments":`...)
 		if done {
-			b = appendJSONString(b, a.tool.Arguments)
+			b = jsonstr.Append(b, a.tool.Arguments)
 		} else {
 			b = append(b, `""`...)
 		}
@@ -127,7 +128,7 @@ func (rs *respState) appendOutputItem(b []byte, done bool) []byte {
 // appendOutputText appends an output_text content part.
 func appendOutputText(b []byte, text string) []byte {
 	b = append(b, `{"type":"output_text","text":`...)
-	b = appendJSONString(b, text)
+	b = jsonstr.Append(b, text)
 	return append(b, `,"annotations":[],"logprobs":[]}`...)
 }
 
@@ -160,7 +161,7 @@ func (rs *respState) appendResponse(b []byte, status string) []byte {
 	b = append(b, `,"max_output_tokens":`...)
 	b = rawOr(b, rs.req, "max_output_tokens", "null")
 	b = append(b, `,"model":`...)
-	b = appendJSONString(b, rs.a.model)
+	b = jsonstr.Append(b, rs.a.model)
 	b = append(b, `,"output":[`...)
 	if final {
 		b = rs.appendOutputItem(b, true)
@@ -228,7 +229,7 @@ func inputItems(body []byte, id string) [][]byte {
 	in := gjson.GetBytes(body, "input")
 	if in.Type == gjson.String {
 		b := append([]byte(`{"id":"`), "msg_in_"+id+`","type":"message","role":"user","status":"completed","content":[{"type":"input_text","text":`...)
-		b = appendJSONString(b, in.Str)
+		b = jsonstr.Append(b, in.Str)
 		return [][]byte{append(b, "}]}"...)}
 	}
 	var items [][]byte
@@ -290,15 +291,15 @@ func (c *call) responsesStream(rs *respState, status string) {
 		for _, p := range a.pieces {
 			begin("response.function_call_arguments.delta")
 			item()
-			ev = appendJSONString(append(ev, `,"delta":`...), p)
+			ev = jsonstr.Append(append(ev, `,"delta":`...), p)
 			if !send("response.function_call_arguments.delta") {
 				return
 			}
 		}
 		begin("response.function_call_arguments.done")
 		item()
-		ev = appendJSONString(append(ev, `,"name":`...), a.tool.Name)
-		ev = appendJSONString(append(ev, `,"arguments":`...), a.tool.Arguments)
+		ev = jsonstr.Append(append(ev, `,"name":`...), a.tool.Name)
+		ev = jsonstr.Append(append(ev, `,"arguments":`...), a.tool.Arguments)
 		if !send("response.function_call_arguments.done") {
 			return
 		}
@@ -313,7 +314,7 @@ func (c *call) responsesStream(rs *respState, status string) {
 		for _, p := range a.pieces {
 			begin("response.output_text.delta")
 			item()
-			ev = appendJSONString(append(ev, `,"content_index":0,"delta":`...), p)
+			ev = jsonstr.Append(append(ev, `,"content_index":0,"delta":`...), p)
 			ev = append(ev, `,"logprobs":[]`...)
 			if !send("response.output_text.delta") {
 				return
@@ -321,7 +322,7 @@ func (c *call) responsesStream(rs *respState, status string) {
 		}
 		begin("response.output_text.done")
 		item()
-		ev = appendJSONString(append(ev, `,"content_index":0,"text":`...), a.content)
+		ev = jsonstr.Append(append(ev, `,"content_index":0,"text":`...), a.content)
 		ev = append(ev, `,"logprobs":[]`...)
 		if !send("response.output_text.done") {
 			return
@@ -361,7 +362,7 @@ func (c *call) storedResponse(rt route) {
 			c.notFound()
 			return
 		}
-		b := append([]byte(`{"id":`), appendJSONString(nil, c.id)...)
+		b := append([]byte(`{"id":`), jsonstr.Append(nil, c.id)...)
 		writeJSON(c.w, append(b, `,"object":"response.deleted","deleted":true}`...))
 		return
 	}
@@ -408,7 +409,7 @@ func appendNullable(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)
 	}
-	return appendJSONString(b, s)
+	return jsonstr.Append(b, s)
 }
 
 func (c *call) notFound() {
