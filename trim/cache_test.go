@@ -1,9 +1,11 @@
 package trim
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestLRUBounded(t *testing.T) {
@@ -66,7 +68,9 @@ func TestCacheGrowingConversation(t *testing.T) {
 	if body[i] != ']' {
 		t.Fatalf("no ] at %d: %q", i, body[i-5:i+5])
 	}
-	next := string(body[:i]) + `,{"role":"assistant","content":"a new answer"},{"role":"user","content":"a new question"}` + string(body[i:])
+	// New texts every run, so -count=N does not find them cached.
+	nonce := time.Now().UnixNano()
+	next := string(body[:i]) + fmt.Sprintf(`,{"role":"assistant","content":"a new answer %d"},{"role":"user","content":"a new question %d"}`, nonce, nonce) + string(body[i:])
 	before = tokenized.Load()
 	Chat([]byte(next), budgets, Options{Enabled: true})
 	if n := tokenized.Load() - before; n != 4 {
