@@ -107,6 +107,7 @@ type envOptions struct {
 	redisURL string // "": memory store
 	prefix   string
 	onError  string
+	logs     io.Writer // nil: logs are discarded
 }
 
 // newEnv starts fake upstreams and a gateway for cfgText (baseConfig-like,
@@ -161,7 +162,11 @@ func (e *env) start(cfg *config.Config, o envOptions) {
 		t.Fatal(err)
 	}
 	e.metrics = proxy.NewMetrics()
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	logOut := io.Writer(io.Discard)
+	if o.logs != nil {
+		logOut = o.logs
+	}
+	log := slog.New(slog.NewJSONHandler(logOut, nil))
 	notifier := guard.NewNotifier(guard.NotifierOptions{Logger: log, Backoff: 20 * time.Millisecond,
 		OnResult: func(r string) { e.metrics.WatcherDeliveries.WithLabelValues(r).Inc() }})
 	t.Cleanup(func() {
