@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,7 +123,7 @@ func TestFourthCallOnLimitOfThree(t *testing.T) {
 				t.Errorf("remaining on refusal: %q", h.Get("x-ratelimit-remaining-requests"))
 			}
 			for _, word := range []string{"task", "requests", "day", "3"} {
-				if !contains(apierr.Message, word) {
+				if !strings.Contains(apierr.Message, word) {
 					t.Errorf("message %q does not name %q", apierr.Message, word)
 				}
 			}
@@ -131,19 +132,6 @@ func TestFourthCallOnLimitOfThree(t *testing.T) {
 			}
 		})
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 func TestUserLimitsByEachWayOfNaming(t *testing.T) {
@@ -184,7 +172,7 @@ func TestUserLimitsByEachWayOfNaming(t *testing.T) {
 			if err := w.call(a); !errors.As(err, &apierr) || apierr.StatusCode != 429 {
 				t.Fatalf("user A 3rd call: %v", err)
 			}
-			if !contains(apierr.Message, "user") {
+			if !strings.Contains(apierr.Message, "user") {
 				t.Errorf("message does not name the user scope: %s", apierr.Message)
 			}
 			if err := w.call(b); err != nil {

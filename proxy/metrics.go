@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -78,23 +80,14 @@ func (m *Metrics) Names() []string {
 	for d := range ch {
 		s := d.String()
 		const k = `fqName: "`
-		i := indexOf(s, k)
+		i := strings.Index(s, k)
 		if i < 0 {
 			continue
 		}
 		s = s[i+len(k):]
-		if j := indexOf(s, `"`); j >= 0 {
+		if j := strings.IndexByte(s, '"'); j >= 0 {
 			out = append(out, s[:j])
 		}
 	}
 	return out
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
