@@ -83,7 +83,7 @@ func TestUnknownFieldsPassThrough(t *testing.T) {
 
 func TestChatStreamEventByEvent(t *testing.T) {
 	e := newEnv(t, baseConfig, envOptions{})
-	e.up.Push(fakeupstream.Behavior{Chunks: []string{"one", " two", " three", " four"}, EventDelay: 150 * time.Millisecond})
+	e.up.Push(fakeupstream.Behavior{Chunks: []string{"one", " two", " three", " four"}, EventDelay: 250 * time.Millisecond})
 	client := e.sdk(testKey)
 	start := time.Now()
 	stream := client.Chat.Completions.NewStreaming(context.Background(), chatParams("app.chat", "count"))
@@ -108,8 +108,8 @@ func TestChatStreamEventByEvent(t *testing.T) {
 	if got := acc.Choices[0].Message.Content; got != "one two three four" {
 		t.Errorf("content %q", got)
 	}
-	// The upstream takes ≥ 4×150 ms; the first event must not wait for it.
-	if first > total-300*time.Millisecond {
+	// The upstream takes ≥ 5×250 ms; the first event must not wait for it.
+	if first > total-600*time.Millisecond {
 		t.Errorf("first event after %v of %v: not relayed event by event", first, total)
 	}
 	body := string(e.up.Requests()[0].Body)
