@@ -15,6 +15,7 @@ type Config struct {
 	BodyLimit     Size          `yaml:"body_limit"`     // default 32MiB
 	Timezone      string        `yaml:"timezone"`       // default "UTC"
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"` // drain time on SIGTERM; default 30s (extension)
+	ClientTimeout time.Duration `yaml:"client_timeout"` // time a client has to send a request's headers and body; default 60s (extension)
 	Store         Store         `yaml:"store"`
 	Endpoints     []Endpoint    `yaml:"endpoints"`
 	Tasks         []Task        `yaml:"tasks"`

@@ -19,6 +19,7 @@ const (
 	DefaultBodyLimit     Size = 32 << 20
 	DefaultTimezone           = "UTC"
 	DefaultShutdownGrace      = 30 * time.Second
+	DefaultClientTimeout      = 60 * time.Second
 	DefaultKeyPrefix          = "taskgate:"
 	DefaultStoreTimeout       = 250 * time.Millisecond
 
@@ -148,6 +149,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 	c.BodyLimit = DefaultBodyLimit
 	c.Timezone = DefaultTimezone
 	c.ShutdownGrace = DefaultShutdownGrace
+	c.ClientTimeout = DefaultClientTimeout
 	c.Store = Store{KeyPrefix: DefaultKeyPrefix, OnError: FailClosed, Timeout: DefaultStoreTimeout}
 
 	if r := d.resolve(n); r != nil && r.Kind != yaml.MappingNode && !isNull(r) {
@@ -161,6 +163,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"body_limit":     d.sizef(&c.BodyLimit),
 		"timezone":       d.str(&c.Timezone),
 		"shutdown_grace": d.durationf(&c.ShutdownGrace),
+		"client_timeout": d.durationf(&c.ClientTimeout),
 		"store": func(n *yaml.Node, path string) {
 			d.mapping(n, path, map[string]field{
 				"redis":      d.str(&c.Store.Redis),

@@ -46,6 +46,8 @@ func (s *Server) errorHandler(fc *fiber.Ctx, err error) error {
 		return newError(404, "not_found", "no such path").write(fc)
 	case fiber.StatusMethodNotAllowed:
 		return newError(405, "method_not_allowed", "method not allowed on this path").write(fc)
+	case fiber.StatusRequestTimeout:
+		return newError(408, "request_timeout", "the request was not received in time (client_timeout)").write(fc)
 	case fiber.StatusRequestHeaderFieldsTooLarge:
 		return newError(431, "headers_too_large", "request headers are too large").write(fc)
 	}

@@ -96,3 +96,31 @@ func TestHostileInput(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 	waitFor(t, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= baseline+2 })
 }
+
+// TestSlowClientGetsRequestTimeout: a client that sends part of a request
+// and stalls gets 408 request_timeout after client_timeout, in the OpenAI
+// shape, and nothing is counted.
+func TestSlowClientGetsRequestTimeout(t *testing.T) {
+	e := newEnv(t, "client_timeout: 300ms\n"+hostileConfig, envOptions{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.clientURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{\"model\":\"app.counted\"", testKey)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("slow client: %v", err)
+	}
+	if resp.StatusCode != 408 || code(readErr(t, resp)) != "request_timeout" {
+		t.Fatalf("slow client: status %d", resp.StatusCode)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("answered after %v", d)
+	}
+	if e.up.Count() != 0 {
+		t.Error("the upstream saw the slow call")
+	}
+}

@@ -166,12 +166,16 @@ func fiberConfig(cfg *config.Config, name string, eh fiber.ErrorHandler) fiber.C
 	if bodyLimit <= 0 {
 		bodyLimit = 32 << 20
 	}
+	readTimeout := cfg.ClientTimeout
+	if readTimeout <= 0 {
+		readTimeout = 60 * time.Second
+	}
 	return fiber.Config{
 		AppName:               name,
 		BodyLimit:             bodyLimit,
-		ReadBufferSize:        8 << 10, // also the request header limit
-		ReadTimeout:           60 * time.Second,
-		WriteTimeout:          0, // streams may run long; idle clients are cut by IdleTimeout
+		ReadBufferSize:        8 << 10,     // also the request header limit
+		ReadTimeout:           readTimeout, // a slow client gets 408 request_timeout
+		WriteTimeout:          0,           // streams may run long; idle clients are cut by IdleTimeout
 		IdleTimeout:           120 * time.Second,
 		DisableStartupMessage: true,
 		ErrorHandler:          eh,
