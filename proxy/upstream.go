@@ -192,7 +192,6 @@ const (
 	kindStatus408 = "status_408"
 	kindAuth      = "auth"
 	kindOpen      = "breaker_open"
-	kindOther     = "error"
 )
 
 // classifyErr names the kind of a transport error.
