@@ -2,7 +2,7 @@
 -- into one task's windows, and append that task's events. Atomic, so a
 -- failed attempt can be retried without counting twice.
 --
--- KEYS[1]  <base>events
+-- KEYS[1]  <base>events    KEYS[2] <base>calls (events of kind "call")
 -- ARGV[1]  n counters, ARGV[2] e events, ARGV[3] event log cap
 -- then n × (window key, amount, TTL ms), then e event JSONs. The amount
 -- is settled usage: it is added to u (settled) and t (settled + reserved).
@@ -15,8 +15,14 @@ for i = 1, n do
 end
 if e > 0 then
   for j = 1, e do
-    redis.call('LPUSH', KEYS[1], ARGV[3 + 3 * n + j])
+    local ev = ARGV[3 + 3 * n + j]
+    if string.find(ev, '"kind":"call"', 1, true) then
+      redis.call('LPUSH', KEYS[2], ev)
+    else
+      redis.call('LPUSH', KEYS[1], ev)
+    end
   end
   redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[3]) - 1)
+  redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
 end
 return n

@@ -597,7 +597,8 @@ func testEvents(t *testing.T, open func() Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != eventCap || got[0].Detail["i"] != float64(eventCap+4) || got[eventCap-1].Detail["i"] != float64(5) {
+	// Calls and other kinds have logs of their own, each under the cap.
+	if len(got) != eventCap+5 || got[0].Detail["i"] != float64(eventCap+4) || got[len(got)-1].Detail["i"] != float64(0) {
 		t.Fatalf("%d events, first %v last %v", len(got), got[0].Detail, got[len(got)-1].Detail)
 	}
 	for _, c := range []struct {
@@ -624,6 +625,30 @@ func testEvents(t *testing.T, open func() Store) {
 				t.Fatalf("%+v: not newest first at %d", c.f, i)
 			}
 		}
+	}
+
+	// A flood of calls is capped to the newest and never pushes the rarer
+	// signals out of their log.
+	var flood []Event
+	for i := 0; i < eventCap+50; i++ {
+		flood = append(flood, Event{Time: t0.Add(time.Hour + time.Duration(i)*time.Millisecond), Kind: "call", Task: "ev.a", Detail: map[string]any{"f": i}})
+	}
+	if err := l.AddEvents(bg, flood...); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := l.Events(bg, EventFilter{Tasks: []string{"ev.a"}, Kind: "call"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != eventCap || calls[0].Detail["f"] != float64(eventCap+49) {
+		t.Errorf("call log after a flood: %d, first %v", len(calls), calls[0].Detail)
+	}
+	anomalies, err := l.Events(bg, EventFilter{Tasks: []string{"ev.a"}, Kind: "anomaly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(anomalies) != 101 {
+		t.Errorf("anomalies after a flood of calls: %d, want all 101", len(anomalies))
 	}
 }
 

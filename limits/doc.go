@@ -25,7 +25,8 @@
 //	P{T}:leases                             open holds by lease end: zset (unix ms)
 //	P{T}:cph:<user>                         calls in the last hour: zset (unix ms), and "~" (TTL last set)
 //	P{T}:flags:<user>:<day>                 off-purpose flags of a day: counter
-//	P{T}:events                             event log: list, newest first, the newest 1000 read
+//	P{T}:events                             signal log (anomaly, flag, block, threshold): list, newest first, the newest 1000 read
+//	P{T}:calls                              call journal: list, newest first, the newest 1000 read
 //	Pblocks                                 blocks: hash "<group>\0<user>" → "<expiry ms>|<json>"
 //
 // <unit> is requests, tokens or money (micro-dollars); <period> is minute,

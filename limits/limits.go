@@ -469,8 +469,11 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 	}
 	var other []Event
 	if len(o.Events) > 0 {
-		// One buffer for every event of this task; op.events are slices of it.
+		// One buffer for every event of this task; op.events and op.calls
+		// are slices of it.
 		var ends [8]int
+		var isCall [8]bool
+		calls := isCall[:0]
 		cut := ends[:0]
 		buf := make([]byte, 0, 640*len(o.Events))
 		for _, ev := range o.Events {
@@ -490,11 +493,15 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 				return SettleResult{}, fmt.Errorf("settle %s: encode event: %w", t.Key, err)
 			}
 			cut = append(cut, len(buf))
+			calls = append(calls, logOf(ev.Kind) == logCalls)
 		}
-		op.events = make([][]byte, len(cut))
 		start := 0
 		for i, end := range cut {
-			op.events[i] = buf[start:end:end]
+			if calls[i] {
+				op.calls = append(op.calls, buf[start:end:end])
+			} else {
+				op.events = append(op.events, buf[start:end:end])
+			}
 			start = end
 		}
 	}
@@ -507,15 +514,15 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 	case h.local:
 		rep, err = l.local.settle(ctx, &op)
 		if err == nil {
-			l.addPending(t.Key, op.deltas(), op.events)
+			l.addPending(t.Key, op.deltas(), op.pendingEvents())
 		}
 	case l.degraded.Load():
-		l.addPending(t.Key, op.deltas(), op.events)
+		l.addPending(t.Key, op.deltas(), op.pendingEvents())
 	default:
 		rep, err = l.store.settle(ctx, &op)
 		if err != nil && l.failOpen && ctx.Err() == nil {
 			l.enterDegraded()
-			l.addPending(t.Key, op.deltas(), op.events)
+			l.addPending(t.Key, op.deltas(), op.pendingEvents())
 			rep, err = settleReply{}, nil
 		}
 	}
@@ -756,39 +763,43 @@ func (l *Limiter) Blocks(ctx context.Context) ([]Block, error) {
 	return out, nil
 }
 
-// AddEvents appends events to their tasks' logs (capped at the newest 1000
-// per task). A zero Time is set to now; events without a task go to the log
-// of task "".
+// AddEvents appends events to their tasks' logs (each capped at the newest
+// 1000: one log for the call journal, one for every other kind). A zero Time
+// is set to now; events without a task go to the logs of task "".
 func (l *Limiter) AddEvents(ctx context.Context, evs ...Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	now := l.now()
-	byTask := map[string][][]byte{}
-	var order []string
+	type logKey struct{ task, log string }
+	byLog := map[logKey][][]byte{}
+	var order []logKey
 	for _, ev := range evs {
 		ev = l.fillEvent(ev, now)
 		js, err := appendEvent(nil, &ev)
 		if err != nil {
 			return fmt.Errorf("add events: encode: %w", err)
 		}
-		if _, ok := byTask[ev.Task]; !ok {
-			order = append(order, ev.Task)
+		k := logKey{ev.Task, logOf(ev.Kind)}
+		if _, ok := byLog[k]; !ok {
+			order = append(order, k)
 		}
-		byTask[ev.Task] = append(byTask[ev.Task], js)
+		byLog[k] = append(byLog[k], js)
 	}
-	for _, task := range order {
+	for _, k := range order {
+		// While degraded, events wait to be added with the counts (the
+		// store routes them to their logs by kind).
 		if l.degraded.Load() {
-			l.addPending(task, nil, byTask[task])
+			l.addPending(k.task, nil, byLog[k])
 			continue
 		}
-		if err := l.store.addEvents(ctx, task, byTask[task]); err != nil {
+		if err := l.store.addEvents(ctx, k.task, k.log, byLog[k]); err != nil {
 			if l.failOpen && ctx.Err() == nil {
 				l.enterDegraded()
-				l.addPending(task, nil, byTask[task])
+				l.addPending(k.task, nil, byLog[k])
 				continue
 			}
-			return fmt.Errorf("add events of %s: %w", task, err)
+			return fmt.Errorf("add events of %s: %w", k.task, err)
 		}
 	}
 	return nil
@@ -810,11 +821,22 @@ func (l *Limiter) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	if len(ts) == 0 {
 		ts = []string{""}
 	}
+	logs := []string{logSignals, logCalls}
+	switch {
+	case f.Kind == "call":
+		logs = logs[1:]
+	case f.Kind != "":
+		logs = logs[:1]
+	}
 	var out []Event
 	for _, task := range ts {
-		raw, err := l.store.events(ctx, task)
-		if err != nil {
-			return nil, fmt.Errorf("read events: %w", err)
+		var raw [][]byte
+		for _, log := range logs {
+			r, err := l.store.events(ctx, task, log)
+			if err != nil {
+				return nil, fmt.Errorf("read events: %w", err)
+			}
+			raw = append(raw, r...)
 		}
 		for _, js := range raw {
 			var ev Event

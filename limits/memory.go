@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"bytes"
 	"context"
 	"sync"
 )
@@ -18,7 +19,7 @@ type memoryStore struct {
 	nextReap map[string]int64            // base → no lease ends before this
 	ovs      map[string]map[int]int64
 	blocksM  map[string]storedBlock
-	eventsM  map[string][][]byte // task → events, oldest first
+	eventsM  map[string][][]byte // task + "\x00" + log → events, oldest first
 	flags    map[string]*memCounter
 	cph      map[string][]int64 // base+user → call times (unix ms)
 	claims   map[string]int64   // claim key → expiry
@@ -285,21 +286,23 @@ func (s *memoryStore) settle(_ context.Context, op *settleOp) (settleReply, erro
 		c.exp = op.now + op.flagTTL
 		rep.flags = c.u
 	}
-	s.appendEvents(op.task, op.events)
+	s.appendEvents(op.task, logSignals, op.events)
+	s.appendEvents(op.task, logCalls, op.calls)
 	return rep, nil
 }
 
-func (s *memoryStore) appendEvents(task string, evs [][]byte) {
+func (s *memoryStore) appendEvents(task, log string, evs [][]byte) {
 	if len(evs) == 0 {
 		return
 	}
-	l := append(s.eventsM[task], evs...)
+	key := task + "\x00" + log
+	l := append(s.eventsM[key], evs...)
 	if len(l) > eventCap {
 		// Drop the oldest in place; the backing array is reused until
 		// appends run off its end, so a full log costs O(1) an event.
 		l = l[len(l)-eventCap:]
 	}
-	s.eventsM[task] = l
+	s.eventsM[key] = l
 }
 
 func (s *memoryStore) overrides(_ context.Context, task string) (map[int]int64, error) {
@@ -342,7 +345,7 @@ func (s *memoryStore) putBlock(_ context.Context, b Block, evTask string, ev []b
 	defer s.mu.Unlock()
 	s.blocksM[blockField(b.Group, b.User)] = storedBlock{exp: exp, json: js}
 	if ev != nil {
-		s.appendEvents(evTask, [][]byte{ev})
+		s.appendEvents(evTask, logSignals, [][]byte{ev})
 	}
 	return nil
 }
@@ -366,17 +369,17 @@ func (s *memoryStore) blocks(context.Context) ([]storedBlock, error) {
 	return out, nil
 }
 
-func (s *memoryStore) addEvents(_ context.Context, task string, evs [][]byte) error {
+func (s *memoryStore) addEvents(_ context.Context, task, log string, evs [][]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.appendEvents(task, evs)
+	s.appendEvents(task, log, evs)
 	return nil
 }
 
-func (s *memoryStore) events(_ context.Context, task string) ([][]byte, error) {
+func (s *memoryStore) events(_ context.Context, task, log string) ([][]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.eventsM[task]
+	l := s.eventsM[task+"\x00"+log]
 	out := make([][]byte, len(l))
 	for i, e := range l {
 		out[len(l)-1-i] = e
@@ -402,6 +405,12 @@ func (s *memoryStore) apply(_ context.Context, task string, now int64, ds []delt
 		c.u += d.amount
 		c.exp = exp
 	}
-	s.appendEvents(task, evs)
+	for _, ev := range evs {
+		log := logSignals
+		if bytes.Contains(ev, []byte(`"kind":"call"`)) {
+			log = logCalls
+		}
+		s.appendEvents(task, log, [][]byte{ev})
+	}
 	return nil
 }

@@ -384,7 +384,7 @@ func parseReserveReply(res []any) (reserveReply, error) {
 
 func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, error) {
 	base := s.base(op.task)
-	c := newScriptCmd(settleScript, 15+4*len(op.wins)+len(op.thresholds)+len(op.events))
+	c := newScriptCmd(settleScript, 16+4*len(op.wins)+len(op.thresholds)+len(op.events)+len(op.calls))
 	c.key(base + "holds")
 	c.str(base)
 	c.str(op.user)
@@ -400,6 +400,7 @@ func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, err
 	c.num(op.flagTTL)
 	c.num(eventCap)
 	c.num(eventTrimAt)
+	c.num(int64(len(op.calls)))
 	for _, w := range op.wins {
 		c.num(int64(w.idx + 1))
 		c.str(w.stamp)
@@ -410,6 +411,9 @@ func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, err
 		c.str(formatThreshold(t))
 	}
 	for _, e := range op.events {
+		c.bytes(e)
+	}
+	for _, e := range op.calls {
 		c.bytes(e)
 	}
 	reply, err := s.settles.run(ctx, c)
@@ -484,7 +488,7 @@ func (s *RedisStore) putBlock(ctx context.Context, b Block, evTask string, ev []
 	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, s.blocksKey(), blockField(b.Group, b.User), encodeBlockValue(exp, js))
 		if ev != nil {
-			ek := s.base(evTask) + "events"
+			ek := s.base(evTask) + logSignals
 			p.LPush(ctx, ek, ev)
 			p.LTrim(ctx, ek, 0, eventCap-1)
 		}
@@ -530,11 +534,11 @@ func parseBlockValue(v string) (storedBlock, bool) {
 	return storedBlock{exp: n, json: []byte(js)}, true
 }
 
-func (s *RedisStore) addEvents(ctx context.Context, task string, evs [][]byte) error {
+func (s *RedisStore) addEvents(ctx context.Context, task, log string, evs [][]byte) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	ek := s.base(task) + "events"
+	ek := s.base(task) + log
 	vals := make([]any, len(evs))
 	for i, e := range evs {
 		vals[i] = e
@@ -550,8 +554,8 @@ func (s *RedisStore) addEvents(ctx context.Context, task string, evs [][]byte) e
 	return nil
 }
 
-func (s *RedisStore) events(ctx context.Context, task string) ([][]byte, error) {
-	l, err := s.c.LRange(ctx, s.base(task)+"events", 0, eventCap-1).Result()
+func (s *RedisStore) events(ctx context.Context, task, log string) ([][]byte, error) {
+	l, err := s.c.LRange(ctx, s.base(task)+log, 0, eventCap-1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read events of %s: %w", task, err)
 	}
@@ -581,7 +585,7 @@ func (s *RedisStore) apply(ctx context.Context, task string, now int64, ds []del
 	for _, e := range evs {
 		args = append(args, e)
 	}
-	if err := applyScript.Run(ctx, s.c, []string{base + "events"}, args...).Err(); err != nil {
+	if err := applyScript.Run(ctx, s.c, []string{base + logSignals, base + logCalls}, args...).Err(); err != nil {
 		return fmt.Errorf("apply counts of %s: %w", task, err)
 	}
 	return nil

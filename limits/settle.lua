@@ -10,7 +10,9 @@
 -- ARGV[8]  w: windows        ARGV[9] t: thresholds     ARGV[10] e: events
 -- ARGV[11] flag key suffix ('' : no flag)             ARGV[12] flag key TTL ms
 -- ARGV[13] event log cap     ARGV[14] trim the log once it is longer than this
--- then w × (window index, stamp, TTL ms, limit), t thresholds, e event JSONs.
+-- ARGV[15] c: call journal entries
+-- then w × (window index, stamp, TTL ms, limit), t thresholds, e event JSONs
+-- (for <base>events) and c call JSONs (for <base>calls).
 --
 -- A window's key is a hash {u: settled, t: settled + reserved}. A hold
 -- already released (its lease ran out and it was reaped) is not subtracted
@@ -28,10 +30,10 @@ end
 local res = {'1', ARGV[4], ARGV[5]}
 local act = {'1', ARGV[6], ARGV[7]}
 local nw, nt, ne = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local th0 = 14 + 4 * nw
+local th0 = 15 + 4 * nw
 local out = {found, 0}
 for i = 1, nw do
-  local a = 14 + 4 * (i - 1)
+  local a = 15 + 4 * (i - 1)
   local idx = tonumber(ARGV[a + 1])
   local ttl = ARGV[a + 3]
   local limit = tonumber(ARGV[a + 4])
@@ -79,15 +81,16 @@ if ARGV[11] ~= '' then
   out[2] = redis.call('INCR', fk)
   if out[2] == 1 then redis.call('PEXPIRE', fk, ARGV[12]) end
 end
-if ne > 0 then
-  local ek = base .. 'events'
+local function push(key, first, n)
+  if n == 0 then return end
   local len = 0
-  local e0 = th0 + nt
-  for j = 1, ne, 200 do
-    len = redis.call('LPUSH', ek, unpack(ARGV, e0 + j, e0 + math.min(j + 199, ne)))
+  for j = 0, n - 1, 200 do
+    len = redis.call('LPUSH', key, unpack(ARGV, first + j, first + math.min(j + 199, n - 1)))
   end
   if len > tonumber(ARGV[14]) then
-    redis.call('LTRIM', ek, 0, tonumber(ARGV[13]) - 1)
+    redis.call('LTRIM', key, 0, tonumber(ARGV[13]) - 1)
   end
 end
+push(base .. 'events', th0 + nt + 1, ne)
+push(base .. 'calls', th0 + nt + ne + 1, tonumber(ARGV[15]))
 return out

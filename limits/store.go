@@ -28,12 +28,28 @@ type Store interface {
 	putBlock(ctx context.Context, b Block, evTask string, ev []byte) error
 	deleteBlock(ctx context.Context, user, group string) (bool, error)
 	blocks(ctx context.Context) ([]storedBlock, error)
-	addEvents(ctx context.Context, task string, evs [][]byte) error
-	events(ctx context.Context, task string) ([][]byte, error)
+	addEvents(ctx context.Context, task, log string, evs [][]byte) error
+	events(ctx context.Context, task, log string) ([][]byte, error)
 	apply(ctx context.Context, task string, now int64, ds []delta, evs [][]byte) error
 }
 
-// eventCap is how many events a task's log keeps (the newest).
+// A task has two capped logs: logSignals for anomalies, flags, blocks and
+// threshold crossings, and logCalls for the call journal, so that a busy
+// task's calls never push its rarer signals out.
+const (
+	logSignals = "events"
+	logCalls   = "calls"
+)
+
+// logOf names the log an event of the given kind goes to.
+func logOf(kind string) string {
+	if kind == "call" {
+		return logCalls
+	}
+	return logSignals
+}
+
+// eventCap is how many events each of a task's logs keeps (the newest).
 const eventCap = 1000
 
 // eventTrimAt is how long the settle script lets a Redis event log grow
@@ -201,7 +217,17 @@ type settleOp struct {
 	thresholds []float64
 	flagKey    string // "" : no flag; else the key below base
 	flagTTL    int64
-	events     [][]byte
+	events     [][]byte // for logSignals
+	calls      [][]byte // for logCalls
+}
+
+// pendingEvents is every event of the settlement, for counts kept while
+// the store is unreachable (apply sends each to its log by kind).
+func (op *settleOp) pendingEvents() [][]byte {
+	if len(op.calls) == 0 {
+		return op.events
+	}
+	return append(append(make([][]byte, 0, len(op.events)+len(op.calls)), op.events...), op.calls...)
 }
 
 func (op *settleOp) reserved(u int) int64 {
