@@ -67,10 +67,19 @@ type usageJSON struct {
 func (u usageJSON) window(scope, unit, period string) (used, reserved string, ok bool) {
 	for _, w := range u.Windows {
 		if w.Scope == scope && w.Unit == unit && w.Period == period {
-			return fmt.Sprint(w.Used), fmt.Sprint(w.Reserved), true
+			return amountText(w.Used), amountText(w.Reserved), true
 		}
 	}
 	return "", "", false
+}
+
+// amountText renders a decoded JSON amount: integers in full (a float64
+// from JSON would otherwise print as 1.365836e+06), money strings as they are.
+func amountText(v any) string {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
 }
 
 func (e *env) settleAll() {

@@ -938,7 +938,7 @@ func TestSoak(t *testing.T) {
 	for _, task := range []string{"soak.ok", "soak.abort"} {
 		u := e.relUsage(task)
 		for _, w := range u.Windows {
-			if r := fmt.Sprint(w.Reserved); r != "0" && r != "0.000000" {
+			if r := amountText(w.Reserved); r != "0" && r != "0.000000" {
 				t.Errorf("%s %s %s/%s: %s left reserved", task, w.Scope, w.Unit, w.Period, r)
 			}
 		}
