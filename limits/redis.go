@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	_ "embed"
-	"errors"
 	"fmt"
 	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"taskgate/config"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -120,47 +120,41 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 		}
 		opt.PoolTimeout = dial
 		return redis.NewClient(opt), false, nil
-	case "redis-sentinel", "rediss-sentinel":
-		mu, err := parseMultiHostURL(o.URL)
+	case "redis-sentinel", "redis-cluster":
+		// One parser for the multi-host forms: the one config validated with.
+		t, err := config.ParseRedisURL(o.URL)
 		if err != nil {
-			return nil, false, err
+			return nil, false, fmt.Errorf("store URL: %w", err)
 		}
-		if mu.path == "" {
-			return nil, false, errors.New("redis-sentinel URL names no master (redis-sentinel://h1:26379,h2:26379/master)")
+		var tlsConf *tls.Config
+		if t.TLS {
+			tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		db := 0
-		if v := mu.query.Get("db"); v != "" {
-			if db, err = strconv.Atoi(v); err != nil {
-				return nil, false, fmt.Errorf("redis-sentinel URL: db %q is not a number", v)
-			}
-		}
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:       mu.path,
-			SentinelAddrs:    mu.addrs,
-			Username:         mu.user,
-			Password:         mu.pass,
-			SentinelPassword: mu.query.Get("sentinel_password"),
-			DB:               db,
-			DialTimeout:      dial,
-			ReadTimeout:      o.Timeout,
-			WriteTimeout:     o.Timeout,
-			PoolTimeout:      dial,
-			PoolSize:         pool,
-			MaxRetries:       -1,
-			DialerRetries:    1,
-			TLSConfig:        mu.tlsConfig(),
+		if t.Mode == config.RedisSentinel {
+			return redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName:       t.MasterName,
+				SentinelAddrs:    t.Addrs,
+				Username:         t.Username,
+				Password:         t.Password,
+				SentinelUsername: t.SentinelUsername,
+				SentinelPassword: t.SentinelPassword,
+				DB:               t.DB,
+				DialTimeout:      dial,
+				ReadTimeout:      o.Timeout,
+				WriteTimeout:     o.Timeout,
+				PoolTimeout:      dial,
+				PoolSize:         pool,
+				MaxRetries:       -1,
+				DialerRetries:    1,
+				TLSConfig:        tlsConf,
 
-			ContextTimeoutEnabled: true,
-		}), false, nil
-	case "redis-cluster", "rediss-cluster":
-		mu, err := parseMultiHostURL(o.URL)
-		if err != nil {
-			return nil, false, err
+				ContextTimeoutEnabled: true,
+			}), false, nil
 		}
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:         mu.addrs,
-			Username:      mu.user,
-			Password:      mu.pass,
+			Addrs:         t.Addrs,
+			Username:      t.Username,
+			Password:      t.Password,
 			DialTimeout:   dial,
 			ReadTimeout:   o.Timeout,
 			WriteTimeout:  o.Timeout,
@@ -168,73 +162,12 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 			PoolSize:      pool,
 			MaxRetries:    -1,
 			DialerRetries: 1,
-			TLSConfig:     mu.tlsConfig(),
+			TLSConfig:     tlsConf,
 
 			ContextTimeoutEnabled: true,
 		}), true, nil
 	}
 	return nil, false, fmt.Errorf("store URL %q: scheme must be redis, rediss, redis-sentinel or redis-cluster", redactURL(o.URL))
-}
-
-// multiURL is a URL with several hosts (Sentinel, Cluster).
-type multiURL struct {
-	scheme     string
-	user, pass string
-	addrs      []string
-	path       string
-	query      url.Values
-}
-
-func (m multiURL) tlsConfig() *tls.Config {
-	if strings.HasPrefix(m.scheme, "rediss") || m.query.Get("tls") == "true" {
-		return &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	return nil
-}
-
-// parseMultiHostURL reads scheme://[user:pass@]h1:p1,h2:p2[/path][?query],
-// which net/url refuses because of the commas.
-func parseMultiHostURL(raw string) (multiURL, error) {
-	var m multiURL
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		return m, fmt.Errorf("store URL %q has no scheme", redactURL(raw))
-	}
-	m.scheme, raw = raw[:i], raw[i+3:]
-	if q := strings.IndexByte(raw, '?'); q >= 0 {
-		v, err := url.ParseQuery(raw[q+1:])
-		if err != nil {
-			return m, fmt.Errorf("store URL query: %w", err)
-		}
-		m.query, raw = v, raw[:q]
-	} else {
-		m.query = url.Values{}
-	}
-	if at := strings.LastIndexByte(raw, '@'); at >= 0 {
-		ui := raw[:at]
-		raw = raw[at+1:]
-		user, pass, has := strings.Cut(ui, ":")
-		var err error
-		if m.user, err = url.PathUnescape(user); err != nil {
-			return m, fmt.Errorf("store URL user: %w", err)
-		}
-		if has {
-			if m.pass, err = url.PathUnescape(pass); err != nil {
-				return m, fmt.Errorf("store URL password: %w", err)
-			}
-		}
-	}
-	hosts, path, _ := strings.Cut(raw, "/")
-	m.path = strings.Trim(path, "/")
-	for _, h := range strings.Split(hosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			m.addrs = append(m.addrs, h)
-		}
-	}
-	if len(m.addrs) == 0 {
-		return m, fmt.Errorf("store URL %s://… names no host", m.scheme)
-	}
-	return m, nil
 }
 
 // redactURL hides a password in a URL shown in an error.

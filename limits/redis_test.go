@@ -100,9 +100,9 @@ func TestRedisURLs(t *testing.T) {
 		{url: "rediss://user:pw@redis.example:6380/1"},
 		{url: "redis-sentinel://h1:26379,h2:26379/mymaster?db=2", addrs: []string{"h1:26379", "h2:26379"}},
 		{url: "redis-cluster://u:p%40ss@h1:6379,h2:6379", cluster: true, addrs: []string{"h1:6379", "h2:6379"}},
-		{url: "redis-sentinel://h1:26379", err: "names no master"},
-		{url: "redis-sentinel://h1:26379/m?db=x", err: "not a number"},
-		{url: "redis-cluster://", err: "names no host"},
+		{url: "redis-sentinel://h1:26379", err: "names the master"},
+		{url: "redis-sentinel://h1:26379/m?db=x", err: "not a database number"},
+		{url: "redis-cluster://", err: "empty host"},
 		{url: "memcached://secret@h:1", err: "scheme must be"},
 		{url: "redis://h:notaport", err: "parse redis URL"},
 	} {
@@ -128,12 +128,12 @@ func TestRedisURLs(t *testing.T) {
 				t.Errorf("client %T", cl)
 			}
 			if c.addrs != nil {
-				m, _ := parseMultiHostURL(c.url)
-				if strings.Join(m.addrs, ",") != strings.Join(c.addrs, ",") {
-					t.Errorf("addrs %v, want %v", m.addrs, c.addrs)
+				m, _ := config.ParseRedisURL(c.url)
+				if strings.Join(m.Addrs, ",") != strings.Join(c.addrs, ",") {
+					t.Errorf("addrs %v, want %v", m.Addrs, c.addrs)
 				}
-				if c.cluster && (m.user != "u" || m.pass != "p@ss") {
-					t.Errorf("user %q pass %q", m.user, m.pass)
+				if c.cluster && (m.Username != "u" || m.Password != "p@ss") {
+					t.Errorf("user %q pass %q", m.Username, m.Password)
 				}
 			}
 		})
