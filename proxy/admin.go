@@ -357,8 +357,8 @@ func Summaries(reg *tasks.Registry) []TaskSummary {
 		}
 		for _, ep := range t.Endpoints {
 			in, outTok := int64(1000), t.EstimateOutput(ep)
-			if len(t.TypicalTokens) == 2 {
-				in = int64(t.TypicalTokens[0])
+			if typIn, _, ok := t.Typical(); ok {
+				in = typIn
 			}
 			ts.Endpoints = append(ts.Endpoints, EndpointSummary{Name: ep.Name, Model: ep.Model, ContextWindow: ep.ContextWindow,
 				TypicalCallCost: config.FormatMicros(ep.Price.CostMicros(in, outTok)), TypicalInput: in, TypicalOutput: outTok})

@@ -49,6 +49,7 @@ type call struct {
 	trimmed          int
 	tokenizer        string // the first qualifying endpoint's
 	promptTokens     int64
+	maxOut           int64 // the body's stated output maximum, 0 if none
 	estMoney         int64 // the reserved money estimate, micro-dollars
 	images           int64 // images asked for (images route)
 
@@ -310,9 +311,17 @@ func (c *call) routeChecks(body []byte) *apiError {
 			c.images = n.Int()
 		}
 	}
+	// The stated output maximum: the first of the route's fields, in order.
 	for _, f := range c.rt.maxOutput {
-		if v := gjson.GetBytes(body, f); v.Exists() && v.Type != gjson.Null && (v.Type != gjson.Number || v.Int() < 0) {
+		v := gjson.GetBytes(body, f)
+		if !v.Exists() || v.Type == gjson.Null {
+			continue
+		}
+		if v.Type != gjson.Number || v.Int() < 0 {
 			return invalidRequest(f, f+" must be a non-negative integer")
+		}
+		if c.maxOut == 0 {
+			c.maxOut = v.Int()
 		}
 	}
 	return nil
@@ -323,11 +332,10 @@ func (c *call) routeChecks(body []byte) *apiError {
 func (c *call) count(eps []*tasks.Endpoint) *apiError {
 	if c.rt == routeChat {
 		budgets := make([]trim.Budget, len(eps))
-		callMax := c.rt.outputMax(c.body)
 		for i, ep := range eps {
 			reserve := int64(c.task.Trim.ReserveOutput)
-			if callMax > 0 {
-				reserve = callMax
+			if c.maxOut > 0 {
+				reserve = c.maxOut
 			}
 			if reserve > int64(ep.MaxOutputTokens) {
 				reserve = int64(ep.MaxOutputTokens)
@@ -378,7 +386,7 @@ func (c *call) reserve(eps []*tasks.Endpoint) *apiError {
 	for _, ep := range eps {
 		out := int64(0)
 		if !c.rt.noOutput {
-			out = c.rt.outputMax(c.body)
+			out = c.maxOut
 			if out == 0 {
 				out = c.task.EstimateOutput(ep)
 			}

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"github.com/tidwall/gjson"
-
 	"taskgate/tasks"
 	"taskgate/trim"
 )
@@ -83,14 +81,4 @@ func Routes() []string {
 		out[i] = r.path
 	}
 	return out
-}
-
-// outputMax is the output maximum the body states, or 0.
-func (rt *route) outputMax(body []byte) int64 {
-	for _, f := range rt.maxOutput {
-		if v := gjson.GetBytes(body, f); v.Type == gjson.Number && v.Int() > 0 {
-			return v.Int()
-		}
-	}
-	return 0
 }

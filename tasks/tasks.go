@@ -183,8 +183,8 @@ func Prefer(endpoints []*Endpoint, model string) []*Endpoint {
 // EstimateOutput is the output tokens to assume for a call that states no
 // maximum: the task's typical output, else the endpoint's max_output_tokens.
 func (t *Task) EstimateOutput(e *Endpoint) int64 {
-	if len(t.TypicalTokens) == 2 {
-		return int64(t.TypicalTokens[1])
+	if _, out, ok := t.Typical(); ok {
+		return out
 	}
 	return int64(e.MaxOutputTokens)
 }
