@@ -360,8 +360,9 @@ func TestAccountingEqualsUpstreamUsage(t *testing.T) {
 	}
 }
 
-// sumCosts sums each call's cost as the journal counts it (from the
-// gateway's cost counter, which adds the same rounded micro-dollars).
+// sumCosts prices each call of the journal independently of the gateway:
+// input × $0.15/M + output × $0.60/M (the primary endpoint), rounded up to the
+// micro-dollar per call, and checks the journal's own cost agrees.
 func sumCosts(t *testing.T, e *env) int64 {
 	t.Helper()
 	var evs struct {
@@ -370,9 +371,14 @@ func sumCosts(t *testing.T, e *env) int64 {
 	e.admin("GET", "/admin/events?task=app.accounting&kind=call&limit=100", "", &evs)
 	var sum int64
 	for _, ev := range evs.Events {
-		if v, ok := ev.Detail["cost_micros"].(float64); ok {
-			sum += int64(v)
+		in, _ := ev.Detail["input_tokens"].(float64)
+		out, _ := ev.Detail["output_tokens"].(float64)
+		hundredths := int64(in)*15 + int64(out)*60 // of a micro-dollar
+		want := (hundredths + 99) / 100
+		if got, _ := ev.Detail["cost_micros"].(float64); int64(got) != want {
+			t.Errorf("call %s: journal cost %v, want %d for %v in + %v out", ev.RequestID, got, want, in, out)
 		}
+		sum += want
 	}
 	if len(evs.Events) != 7 {
 		t.Errorf("call events: %d, want 7", len(evs.Events))

@@ -134,9 +134,6 @@ func (s *Server) Swap(reg *tasks.Registry) error {
 	return nil
 }
 
-// Registry is the registry in use.
-func (s *Server) Registry() *tasks.Registry { return s.state.Load().reg }
-
 // SetDraining makes /readyz fail, first step of a graceful shutdown.
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
