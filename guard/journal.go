@@ -3,9 +3,11 @@ package guard
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"taskgate/config"
+	"taskgate/internal/jsonstr"
 )
 
 // CallRecord is the journal entry of one call (DESIGN.md §7). It holds no
@@ -98,4 +100,106 @@ func (r *CallRecord) Detail() map[string]any {
 		"stream":        r.Stream,
 		"anomalies":     r.anomalies(),
 	}
+}
+
+// AppendLine appends the line Log writes through log/slog's JSON handler
+// (level info and above), byte for byte, newline included, with t as its
+// time, without slog's per-attribute work: the journal's hot path.
+func (r *CallRecord) AppendLine(dst []byte, t time.Time) []byte {
+	dst = append(dst, `{"time":"`...)
+	dst = t.AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, `","level":"INFO","msg":"call","request_id":`...)
+	dst = jsonstr.AppendLog(dst, r.RequestID)
+	dst = append(dst, `,"key":`...)
+	dst = jsonstr.AppendLog(dst, r.Key)
+	dst = append(dst, `,"task":`...)
+	dst = jsonstr.AppendLog(dst, r.Task)
+	dst = append(dst, `,"user":`...)
+	dst = jsonstr.AppendLog(dst, r.User)
+	dst = append(dst, `,"source":`...)
+	dst = jsonstr.AppendLog(dst, r.Source)
+	dst = append(dst, `,"endpoint":`...)
+	dst = jsonstr.AppendLog(dst, r.Endpoint)
+	dst = append(dst, `,"model":`...)
+	dst = jsonstr.AppendLog(dst, r.Model)
+	dst = append(dst, `,"status":`...)
+	dst = strconv.AppendInt(dst, int64(r.Status), 10)
+	dst = append(dst, `,"code":`...)
+	dst = jsonstr.AppendLog(dst, r.Code)
+	dst = r.appendCounts(dst)
+	dst = append(dst, `,"anomalies":`...)
+	dst = appendStrings(dst, r.anomalies(), jsonstr.Append) // slog marshals it without HTML escaping
+	return append(dst, "}\n"...)
+}
+
+// appendCounts appends the attributes from input_tokens to stream, in
+// Log's order, each after a comma.
+func (r *CallRecord) appendCounts(dst []byte) []byte {
+	dst = append(dst, `,"input_tokens":`...)
+	dst = strconv.AppendInt(dst, r.InputTokens, 10)
+	dst = append(dst, `,"output_tokens":`...)
+	dst = strconv.AppendInt(dst, r.OutputTokens, 10)
+	dst = append(dst, `,"cost_micros":`...)
+	dst = strconv.AppendInt(dst, r.CostMicros, 10)
+	dst = append(dst, `,"cost":`...)
+	dst = jsonstr.AppendLog(dst, config.FormatMicros(r.CostMicros))
+	dst = append(dst, `,"latency_ms":`...)
+	dst = jsonstr.AppendFloat(dst, r.latencyMS())
+	dst = append(dst, `,"trimmed":`...)
+	dst = strconv.AppendInt(dst, int64(r.Trimmed), 10)
+	dst = append(dst, `,"flagged":`...)
+	dst = strconv.AppendBool(dst, r.Flagged)
+	dst = append(dst, `,"failed_over":`...)
+	dst = strconv.AppendBool(dst, r.FailedOver)
+	dst = append(dst, `,"stream":`...)
+	return strconv.AppendBool(dst, r.Stream)
+}
+
+// AppendDetail appends Detail as encoding/json marshals it (keys sorted,
+// <, > and & escaped), byte for byte.
+func (r *CallRecord) AppendDetail(dst []byte) []byte {
+	dst = append(dst, `{"anomalies":`...)
+	dst = appendStrings(dst, r.anomalies(), jsonstr.AppendHTML)
+	dst = append(dst, `,"code":`...)
+	dst = jsonstr.AppendHTML(dst, r.Code)
+	dst = append(dst, `,"cost":`...)
+	dst = jsonstr.AppendHTML(dst, config.FormatMicros(r.CostMicros))
+	dst = append(dst, `,"cost_micros":`...)
+	dst = strconv.AppendInt(dst, r.CostMicros, 10)
+	dst = append(dst, `,"endpoint":`...)
+	dst = jsonstr.AppendHTML(dst, r.Endpoint)
+	dst = append(dst, `,"failed_over":`...)
+	dst = strconv.AppendBool(dst, r.FailedOver)
+	dst = append(dst, `,"flagged":`...)
+	dst = strconv.AppendBool(dst, r.Flagged)
+	dst = append(dst, `,"input_tokens":`...)
+	dst = strconv.AppendInt(dst, r.InputTokens, 10)
+	dst = append(dst, `,"key":`...)
+	dst = jsonstr.AppendHTML(dst, r.Key)
+	dst = append(dst, `,"latency_ms":`...)
+	dst = jsonstr.AppendFloat(dst, r.latencyMS())
+	dst = append(dst, `,"model":`...)
+	dst = jsonstr.AppendHTML(dst, r.Model)
+	dst = append(dst, `,"output_tokens":`...)
+	dst = strconv.AppendInt(dst, r.OutputTokens, 10)
+	dst = append(dst, `,"status":`...)
+	dst = strconv.AppendInt(dst, int64(r.Status), 10)
+	dst = append(dst, `,"stream":`...)
+	dst = strconv.AppendBool(dst, r.Stream)
+	dst = append(dst, `,"trimmed":`...)
+	dst = strconv.AppendInt(dst, int64(r.Trimmed), 10)
+	return append(dst, '}')
+}
+
+// appendStrings appends a string list as a JSON array, each string
+// appended by str.
+func appendStrings(dst []byte, list []string, str func([]byte, string) []byte) []byte {
+	dst = append(dst, '[')
+	for i, s := range list {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = str(dst, s)
+	}
+	return append(dst, ']')
 }

@@ -111,3 +111,67 @@ func BenchmarkCallRecordLog(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// journalRecords are records whose lines must come out of AppendLine and
+// AppendDetail exactly as slog and encoding/json write them.
+func journalRecords() []CallRecord {
+	odd := "a\"b\\c\nd\te\rf\bg\fh\x00i<j>&k\u2028l\xffm 日本 🎉"
+	return []CallRecord{
+		sampleRecord(),
+		{},
+		{RequestID: odd, Key: odd, Task: odd, User: odd, Source: odd, Endpoint: odd, Model: odd, Code: odd, Anomalies: []string{odd, ""}},
+		{Status: 502, Code: "upstream_error", InputTokens: -1, OutputTokens: 1 << 62, CostMicros: -1234567, Latency: 3 * time.Nanosecond},
+		{Latency: 999 * time.Microsecond, CostMicros: 1_000_000_000_001, Trimmed: 1 << 30},
+		{Latency: 36 * time.Hour, Anomalies: []string{}},
+	}
+}
+
+func TestAppendLineMatchesSlog(t *testing.T) {
+	at := time.Date(2026, 11, 30, 7, 5, 5, 123456789, time.UTC)
+	for i, r := range journalRecords() {
+		var buf bytes.Buffer
+		l := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Time(slog.TimeKey, at)
+			}
+			return a
+		}}))
+		r.Log(l)
+		if got := r.AppendLine(nil, at); !bytes.Equal(got, buf.Bytes()) {
+			t.Errorf("record %d:\nAppendLine %s\nslog       %s", i, got, buf.Bytes())
+		}
+	}
+}
+
+func TestAppendDetailMatchesEncodingJSON(t *testing.T) {
+	for i, r := range journalRecords() {
+		want, err := json.Marshal(r.Detail())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.AppendDetail(nil); !bytes.Equal(got, want) {
+			t.Errorf("record %d:\nAppendDetail %s\njson         %s", i, got, want)
+		}
+	}
+}
+
+func BenchmarkJournal(b *testing.B) {
+	r := sampleRecord()
+	at := time.Now()
+	b.Run("slog", func(b *testing.B) {
+		l := slog.New(slog.NewJSONHandler(discard{}, nil))
+		b.ReportAllocs()
+		for range b.N {
+			r.Log(l)
+			_, _ = json.Marshal(r.Detail())
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		var buf []byte
+		b.ReportAllocs()
+		for range b.N {
+			buf = r.AppendLine(buf[:0], at)
+			buf = r.AppendDetail(buf[:0])
+		}
+	})
+}

@@ -16,7 +16,7 @@ import (
 // (a NaN, a time outside years 0–9999, a value it cannot encode).
 func appendEvent(dst []byte, ev *Event) ([]byte, error) {
 	if !jsonSafeTime(ev.Time) {
-		return appendMarshal(dst, *ev)
+		return appendMarshal(dst, *ev) // encoding/json's error
 	}
 	dst = append(dst, `{"time":"`...)
 	dst = ev.Time.AppendFormat(dst, time.RFC3339Nano)
@@ -31,6 +31,9 @@ func appendEvent(dst []byte, ev *Event) ([]byte, error) {
 	dst = append(dst, `,"request_id":`...)
 	dst = jsonstr.AppendHTML(dst, ev.RequestID)
 	dst = append(dst, `,"detail":`...)
+	if ev.RawDetail != nil {
+		return append(append(dst, ev.RawDetail...), '}'), nil
+	}
 	dst, err := appendDetail(dst, ev.Detail)
 	if err != nil {
 		return dst, err
@@ -94,7 +97,7 @@ func appendJSONValue(dst []byte, v any) ([]byte, error) {
 		return strconv.AppendUint(dst, x, 10), nil
 	case float64:
 		if !math.IsInf(x, 0) && !math.IsNaN(x) {
-			return appendJSONFloat(dst, x), nil
+			return jsonstr.AppendFloat(dst, x), nil
 		}
 	case []string:
 		if x == nil {
@@ -117,24 +120,3 @@ func appendMarshal(dst []byte, v any) ([]byte, error) {
 	js, err := json.Marshal(v)
 	return append(dst, js...), err
 }
-
-// appendJSONFloat is encoding/json's float64 format (ES6 number to string).
-func appendJSONFloat(dst []byte, f float64) []byte {
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	dst = strconv.AppendFloat(dst, f, format, -1, 64)
-	if format == 'e' {
-		// e-09 → e-9
-		n := len(dst)
-		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
-			dst[n-2] = dst[n-1]
-			dst = dst[:n-1]
-		}
-	}
-	return dst
-}
-
-const hexDigits = "0123456789abcdef"

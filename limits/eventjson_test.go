@@ -84,3 +84,22 @@ func BenchmarkAppendEvent(b *testing.B) {
 		}
 	})
 }
+
+// TestAppendEventRawDetail checks that a pre-encoded detail is written as
+// it is, in place of Detail.
+func TestAppendEventRawDetail(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 14, 5, 7, 123456789, time.UTC)
+	for _, at := range []time.Time{t0, t0.In(time.FixedZone("IST", 5*3600+1800))} {
+		ev := Event{Time: at, Kind: "call", Task: "t", User: "u", RequestID: "r", Detail: map[string]any{"ignored": true},
+			RawDetail: []byte(`{"a":1,"b":"x"}`)}
+		got, err := appendEvent(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.RawDetail, ev.Detail = nil, map[string]any{"a": 1, "b": "x"}
+		want, _ := json.Marshal(ev)
+		if !bytes.Equal(got, want) {
+			t.Errorf("time %v:\ngot  %s\nwant %s", at, got, want)
+		}
+	}
+}

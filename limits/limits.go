@@ -118,6 +118,9 @@ type Event struct {
 	Source    string         `json:"source"`
 	RequestID string         `json:"request_id"`
 	Detail    map[string]any `json:"detail"`
+	// RawDetail, when not nil, is the detail already encoded as a JSON
+	// object; it is stored instead of Detail.
+	RawDetail []byte `json:"-"`
 }
 
 // Outcome is how a call ended, for Settle.

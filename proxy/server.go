@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"reflect"
 	"strconv"
@@ -43,7 +44,12 @@ type Options struct {
 	Registry *tasks.Registry
 	Limiter  Limiter
 	Metrics  *Metrics
-	Logger   *slog.Logger    // nil: slog.Default()
+	Logger   *slog.Logger // nil: slog.Default()
+	// Journal, when set, takes each call's journal line directly: the JSON
+	// line Logger's JSON handler would write for it, encoded by hand (one
+	// Write per line). It must be the writer behind Logger's JSON handler
+	// at level info or below. nil: the line goes through Logger.
+	Journal  io.Writer
 	Notifier *guard.Notifier // nil: watchers are not told
 	// Reload reloads the config file (POST /admin/reload); it returns every
 	// error of a bad file. nil: reload is not offered.
@@ -56,11 +62,14 @@ type Server struct {
 	lim      Limiter
 	m        *Metrics
 	log      *slog.Logger
+	journal  io.Writer // nil: journal lines go through log
 	notifier *guard.Notifier
 	reload   func() error
 
 	draining atomic.Bool
 	pending  sync.WaitGroup // settlements and streams not yet finished
+	workers  *workerPool    // runs settlements after the answer
+	mc       *childCache    // metric children of the hot path
 
 	upMu      sync.Mutex
 	upstreams map[string]*upstream // by endpoint name, kept across reloads while unchanged
@@ -87,6 +96,9 @@ func New(o Options) (*Server, error) {
 		lim:       o.Limiter,
 		m:         o.Metrics,
 		log:       o.Logger,
+		journal:   o.Journal,
+		workers:   newWorkerPool(workerIdle),
+		mc:        newChildCache(o.Metrics),
 		notifier:  o.Notifier,
 		reload:    o.Reload,
 		upstreams: map[string]*upstream{},
@@ -126,6 +138,7 @@ func (s *Server) Swap(reg *tasks.Registry) error {
 				return err
 			}
 			s.m.BreakerOpen.WithLabelValues(ep.Name).Set(0)
+			up.ttfb = s.m.UpstreamTTFB.WithLabelValues(ep.Name)
 			ups[ep.Name] = up
 		}
 	}

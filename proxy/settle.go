@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"taskgate/config"
@@ -27,22 +28,30 @@ func (c *call) finish() {
 		epName = c.served.ep.Name
 	}
 	latency := time.Since(c.start)
-	c.s.m.Requests.WithLabelValues(taskKey, epName, strconv.Itoa(c.status), c.code).Inc()
+	var cm *callMetrics
+	if c.task != nil {
+		cm = c.s.mc.call(taskKey, epName)
+	}
+	if cm != nil && c.status == 200 && c.code == "" {
+		cm.ok.Inc()
+	} else {
+		c.s.m.Requests.WithLabelValues(taskKey, epName, strconv.Itoa(c.status), c.code).Inc()
+	}
 	if c.task == nil {
 		c.journal(latency, 0)
 		return
 	}
-	c.s.m.Duration.WithLabelValues(taskKey, epName).Observe(latency.Seconds())
+	cm.duration.Observe(latency.Seconds())
 	if c.hold == nil {
 		c.journal(latency, 0)
 		return
 	}
 	cost := c.cost()
 	if !c.failed && c.served != nil {
-		c.s.m.Tokens.WithLabelValues(taskKey, epName, "input").Add(float64(c.in))
-		c.s.m.Tokens.WithLabelValues(taskKey, epName, "output").Add(float64(c.out))
+		cm.tokensIn.Add(float64(c.in))
+		cm.tokensOut.Add(float64(c.out))
 		if cost > 0 {
-			c.s.m.Cost.WithLabelValues(taskKey, epName).Add(float64(cost) / 1e6)
+			cm.cost.Add(float64(cost) / 1e6)
 		}
 	}
 	if c.task.MaxTokensPerCall > 0 && guard.TokensPerCallExceeded(c.task.MaxTokensPerCall, c.in+c.out) {
@@ -58,27 +67,27 @@ func (c *call) finish() {
 		c.s.log.Warn("flag", "request_id", c.id, "task", taskKey, "user", c.user, "source", c.source)
 	}
 	rec := c.journal(latency, cost)
-	c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, Detail: rec.Detail()})
+	c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, RawDetail: rec.AppendDetail(nil)})
 	out := limits.Outcome{Failed: c.failed, Flagged: c.flagged, Events: c.events}
 	if !c.failed {
 		out.Actual = limits.Usage{InputTokens: c.in, OutputTokens: c.out, Money: cost}
 	}
 	hold, task, user := c.hold, c.task, c.user
 	c.s.pending.Add(1)
-	go func() {
+	c.s.workers.run(func() {
 		defer c.s.pending.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		t0 := time.Now()
 		res, err := c.s.lim.Settle(ctx, hold, out)
-		c.s.m.StoreDuration.WithLabelValues("settle").Observe(time.Since(t0).Seconds())
+		c.s.mc.settleDur.Observe(time.Since(t0).Seconds())
 		if err != nil {
 			c.s.m.StoreErrors.WithLabelValues("settle").Inc()
 			c.s.log.Error("settle failed", "request_id", c.id, "task", task.Key, "err", err)
 			return
 		}
 		c.s.signalSettlement(task.Key, user, task.Watchers, res)
-	}()
+	})
 }
 
 // signalSettlement tells watchers of crossed thresholds and logs auto-blocks.
@@ -126,9 +135,20 @@ func (c *call) journal(latency time.Duration, cost int64) *guard.CallRecord {
 		rec.Endpoint = c.served.ep.Name
 		rec.Model = c.served.ep.Model
 	}
-	rec.Log(c.s.log)
+	if c.s.journal != nil {
+		bp := journalBufs.Get().(*[]byte)
+		*bp = rec.AppendLine((*bp)[:0], time.Now())
+		_, _ = c.s.journal.Write(*bp)
+		journalBufs.Put(bp)
+	} else {
+		rec.Log(c.s.log)
+	}
 	return rec
 }
+
+// journalBufs are buffers for journal lines; a line is copied by the
+// journal writer before Write returns.
+var journalBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // countStreamed counts streamed text with the serving endpoint's tokenizer,
 // for streams that end without a usage object.

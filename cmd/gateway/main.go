@@ -83,7 +83,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings {
 		log.Warn("config", "warning", w)
 	}
-	g, err := start(cfg, log)
+	g, err := start(cfg, log, logOut)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return 1
@@ -134,8 +134,10 @@ type gateway struct {
 	watcher  *fsnotify.Watcher
 }
 
-// start wires the gateway for a config and starts both listeners.
-func start(cfg *config.Config, log *slog.Logger) (*gateway, error) {
+// start wires the gateway for a config and starts both listeners; journal
+// is the writer behind log's JSON handler, which takes the call journal's
+// lines directly.
+func start(cfg *config.Config, log *slog.Logger, journal io.Writer) (*gateway, error) {
 	g := &gateway{log: log, metrics: proxy.NewMetrics()}
 	var store limits.Store
 	if cfg.Store.Redis == "" {
@@ -156,7 +158,7 @@ func start(cfg *config.Config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.srv, err = proxy.New(proxy.Options{Registry: reg, Limiter: g.lim, Metrics: g.metrics, Logger: log, Notifier: g.notifier,
+	g.srv, err = proxy.New(proxy.Options{Registry: reg, Limiter: g.lim, Metrics: g.metrics, Logger: log, Journal: journal, Notifier: g.notifier,
 		Reload: func() error {
 			if cfg.Path == "" {
 				return errors.New("no config file to reload")

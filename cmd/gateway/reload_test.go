@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,12 @@ func TestReload(t *testing.T) {
 
 	if st, body := p.call("proc.a", ""); st != 200 {
 		t.Fatalf("proc.a: %d %s", st, body)
+	}
+	// The call's journal line (written by hand, not by slog) is one JSON
+	// line on stderr among slog's own.
+	waitUntil(t, "the call's journal line", 5*time.Second, func() bool { return journalLine(p.log.String(), "proc.a") != nil })
+	if line := journalLine(p.log.String(), "proc.a"); line["level"] != "INFO" || line["status"] != 200.0 || line["time"] == nil || line["cost"] == nil {
+		t.Errorf("journal line %v", line)
 	}
 	if st, _ := p.call("proc.b", ""); st != 404 {
 		t.Fatalf("proc.b before it exists: %d", st)
@@ -131,4 +138,16 @@ func TestReloadKubernetesConfigMap(t *testing.T) {
 		st, _ := p.call("proc.b", "")
 		return st == 200
 	})
+}
+
+// journalLine is the first journal line ("msg":"call") for task in a
+// gateway's log, decoded; nil if there is none. Every line must be JSON.
+func journalLine(log, task string) map[string]any {
+	for _, l := range strings.Split(log, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "call" && m["task"] == task {
+			return m
+		}
+	}
+	return nil
 }

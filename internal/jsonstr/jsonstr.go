@@ -1,22 +1,51 @@
-// Package jsonstr appends Go strings as JSON string literals without
-// reflection, for the hand-written JSON on taskgate's hot paths (error
-// bodies, events, rewritten message parts, the fake upstream's answers).
+// Package jsonstr appends Go strings as JSON string literals, and floats as
+// JSON numbers, without reflection, for the hand-written JSON on taskgate's
+// hot paths (error bodies, events, the call journal, rewritten message
+// parts, the fake upstream's answers).
 package jsonstr
 
-import "unicode/utf8"
+import (
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
 
 const hexDigits = "0123456789abcdef"
 
 // Append appends s as a quoted JSON string: quotes, backslashes and control
 // bytes escaped, invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped; <, >
 // and & are kept as they are (as OpenAI sends them).
-func Append(dst []byte, s string) []byte { return appendString(dst, s, false) }
+func Append(dst []byte, s string) []byte { return appendString(dst, s, false, false) }
 
 // AppendHTML is Append with <, > and & escaped as \u003c, \u003e and
 // \u0026: byte for byte what encoding/json.Marshal writes.
-func AppendHTML(dst []byte, s string) []byte { return appendString(dst, s, true) }
+func AppendHTML(dst []byte, s string) []byte { return appendString(dst, s, true, false) }
 
-func appendString(dst []byte, s string, html bool) []byte {
+// AppendLog is Append as log/slog's JSON handler writes a string: \b and \f
+// as \u0008 and \u000c, the rest the same.
+func AppendLog(dst []byte, s string) []byte { return appendString(dst, s, false, true) }
+
+// AppendFloat appends f as encoding/json.Marshal writes a float64 (the ES6
+// number format). f must not be NaN or infinite (encoding/json refuses them).
+func AppendFloat(dst []byte, f float64) []byte {
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 → e-9
+		n := len(dst)
+		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst
+}
+
+func appendString(dst []byte, s string, html, slog bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -29,10 +58,14 @@ func appendString(dst []byte, s string, html bool) []byte {
 			switch b {
 			case '\\', '"':
 				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
+			case '\b', '\f':
+				if slog {
+					dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+				} else if b == '\b' {
+					dst = append(dst, '\\', 'b')
+				} else {
+					dst = append(dst, '\\', 'f')
+				}
 			case '\n':
 				dst = append(dst, '\\', 'n')
 			case '\r':

@@ -3,6 +3,8 @@ package jsonstr
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
+	"math"
 	"testing"
 )
 
@@ -43,6 +45,38 @@ func TestAppendRoundTrips(t *testing.T) {
 	}
 }
 
+// slogString is how log/slog's JSON handler writes s as an attribute value.
+func slogString(s string) []byte {
+	var buf bytes.Buffer
+	h := slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey || a.Key == slog.LevelKey || a.Key == slog.MessageKey {
+			return slog.Attr{}
+		}
+		return a
+	}})
+	slog.New(h).Info("", "s", s)
+	line := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return bytes.TrimSuffix(bytes.TrimPrefix(line, []byte(`{"s":`)), []byte("}"))
+}
+
+func TestAppendLogMatchesSlog(t *testing.T) {
+	for _, s := range cases {
+		if got, want := AppendLog(nil, s), slogString(s); !bytes.Equal(got, want) {
+			t.Errorf("AppendLog(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+func TestAppendFloatMatchesEncodingJSON(t *testing.T) {
+	for _, f := range []float64{0, 1, -1, 0.5, 1.234, 12.345678, 1e-6, 9.99e-7, 1e-7, 1.5e-9, 1e20, 1e21, 1.5e300, -2.5e-10,
+		math.MaxFloat64, math.SmallestNonzeroFloat64, 123456789.123, 0.001} {
+		want, _ := json.Marshal(f)
+		if got := AppendFloat(nil, f); !bytes.Equal(got, want) {
+			t.Errorf("AppendFloat(%v) = %s, want %s", f, got, want)
+		}
+	}
+}
+
 func FuzzAppend(f *testing.F) {
 	for _, s := range cases {
 		f.Add(s)
@@ -51,6 +85,9 @@ func FuzzAppend(f *testing.F) {
 		want, _ := json.Marshal(s)
 		if got := AppendHTML(nil, s); !bytes.Equal(got, want) {
 			t.Fatalf("AppendHTML(%q) = %s, want %s", s, got, want)
+		}
+		if got, want := AppendLog(nil, s), slogString(s); !bytes.Equal(got, want) {
+			t.Fatalf("AppendLog(%q) = %s, want %s", s, got, want)
 		}
 		var back string
 		if err := json.Unmarshal(Append(nil, s), &back); err != nil {
