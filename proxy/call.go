@@ -412,7 +412,7 @@ func (c *call) reserve(eps []*tasks.Endpoint) *apiError {
 	d, err := c.s.lim.Reserve(context.Background(), limits.Call{
 		RequestID: c.id, Task: c.task, User: c.user, Estimate: est, Lease: lease, Now: c.start,
 	})
-	c.s.m.StoreDuration.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
+	c.s.mc.reserveDur.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		c.s.m.StoreErrors.WithLabelValues("reserve").Inc()
 		c.s.log.Error("reserve failed", "request_id", c.id, "task", c.task.Key, "err", err)
@@ -424,9 +424,7 @@ func (c *call) reserve(eps []*tasks.Endpoint) *apiError {
 	} else {
 		c.s.m.StoreDegraded.Set(0)
 	}
-	for _, r := range d.TaskRatios {
-		c.s.m.LimitUsageRatio.WithLabelValues(c.task.Key, r.Unit, r.Period).Set(r.Ratio)
-	}
+	c.s.mc.setRatios(c.task.Key, d.TaskRatios)
 	if d.Blocked != nil {
 		return &apiError{Status: 403, Code: "blocked", NoRetry: true, Message: guard.BlockMessage(d.Blocked.Reason, c.task.Private)}
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -64,7 +65,7 @@ func (c *call) forward(fc *fiber.Ctx) error {
 			}
 			continue
 		}
-		c.s.m.UpstreamTTFB.WithLabelValues(up.ep.Name).Observe(time.Since(t0).Seconds())
+		up.ttfb.Observe(time.Since(t0).Seconds())
 		status := resp.StatusCode()
 		kind := statusKind(status)
 		if kind == "" {
@@ -216,8 +217,9 @@ func (c *call) readUsage(body []byte) {
 	if !u.IsObject() {
 		return
 	}
-	c.in = gjson.GetBytes(body, c.rt.usageIn).Int()
-	c.out = gjson.GetBytes(body, c.rt.usageOut).Int()
+	// The fields are read from the usage object, not the whole body again.
+	c.in = u.Get(strings.TrimPrefix(c.rt.usageIn, "usage.")).Int()
+	c.out = u.Get(strings.TrimPrefix(c.rt.usageOut, "usage.")).Int()
 	c.haveUsage = true
 }
 

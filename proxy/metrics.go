@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"strings"
+	"sync"
+
+	"taskgate/limits"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -90,4 +93,77 @@ func (m *Metrics) Names() []string {
 		}
 	}
 	return out
+}
+
+// callMetrics are the metric children an answered call of one task through
+// one endpoint updates, looked up once instead of by label values on every
+// call.
+type callMetrics struct {
+	ok                  prometheus.Counter  // taskgate_requests_total with status 200 and no code
+	duration            prometheus.Observer // taskgate_request_duration_seconds
+	tokensIn, tokensOut prometheus.Counter  // taskgate_tokens_total
+	cost                prometheus.Counter  // taskgate_cost_dollars_total
+}
+
+// childCache keeps the metric children of each task and endpoint pair and of
+// each task window's usage ratio. Children stay valid across reloads (the
+// vectors are never reset).
+type childCache struct {
+	m                     *Metrics
+	reserveDur, settleDur prometheus.Observer // taskgate_store_duration_seconds
+	mu                    sync.RWMutex
+	calls                 map[[2]string]*callMetrics     // task, endpoint
+	ratios                map[[3]string]prometheus.Gauge // task, unit, period
+}
+
+func newChildCache(m *Metrics) *childCache {
+	return &childCache{m: m, calls: map[[2]string]*callMetrics{}, ratios: map[[3]string]prometheus.Gauge{},
+		reserveDur: m.StoreDuration.WithLabelValues("reserve"), settleDur: m.StoreDuration.WithLabelValues("settle")}
+}
+
+// call returns the children of task and endpoint.
+func (cc *childCache) call(task, endpoint string) *callMetrics {
+	k := [2]string{task, endpoint}
+	cc.mu.RLock()
+	cm := cc.calls[k]
+	cc.mu.RUnlock()
+	if cm != nil {
+		return cm
+	}
+	cm = &callMetrics{
+		ok:        cc.m.Requests.WithLabelValues(task, endpoint, "200", ""),
+		duration:  cc.m.Duration.WithLabelValues(task, endpoint),
+		tokensIn:  cc.m.Tokens.WithLabelValues(task, endpoint, "input"),
+		tokensOut: cc.m.Tokens.WithLabelValues(task, endpoint, "output"),
+		cost:      cc.m.Cost.WithLabelValues(task, endpoint),
+	}
+	cc.mu.Lock()
+	cc.calls[k] = cm
+	cc.mu.Unlock()
+	return cm
+}
+
+// setRatios sets the usage ratio gauges of a task's windows.
+func (cc *childCache) setRatios(task string, ratios []limits.Ratio) {
+	if len(ratios) == 0 {
+		return
+	}
+	var missing []int
+	cc.mu.RLock()
+	for i, r := range ratios {
+		if g := cc.ratios[[3]string{task, r.Unit, r.Period}]; g != nil {
+			g.Set(r.Ratio)
+		} else {
+			missing = append(missing, i)
+		}
+	}
+	cc.mu.RUnlock()
+	for _, i := range missing {
+		r := ratios[i]
+		g := cc.m.LimitUsageRatio.WithLabelValues(task, r.Unit, r.Period)
+		g.Set(r.Ratio)
+		cc.mu.Lock()
+		cc.ratios[[3]string{task, r.Unit, r.Period}] = g
+		cc.mu.Unlock()
+	}
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"net/url"
 	"os"
@@ -26,7 +27,8 @@ type upstream struct {
 	pathPrefix string // the base URL's path, e.g. "/v1"
 	host       string
 	scheme     string
-	auth       string // "Bearer <endpoint key>", or ""
+	auth       string              // "Bearer <endpoint key>", or ""
+	ttfb       prometheus.Observer // taskgate_upstream_ttfb_seconds of the endpoint
 }
 
 // errUpstreamStatus marks a try that failed on its HTTP status, for the breaker.
