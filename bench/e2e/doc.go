@@ -1,9 +1,11 @@
 // Command e2e is taskgate's end-to-end benchmark (`make bench-e2e`, that is
 // `go run ./bench/e2e`). It builds the gateway binary, starts the fake
 // upstream in a process of its own, a redis-server and gateways with limits
-// on (one on the Redis store, one on the in-process store), and measures from
-// a fasthttp load generator on loopback, alternating direct runs (to the fake
-// upstream) with runs through each gateway, several rounds, medians reported:
+// on (one on the Redis store, one on the in-process store) and a bare
+// reference proxy (a fiber handler and a fasthttp client, no features), and
+// measures from a fasthttp load generator on loopback, alternating direct
+// runs (to the fake upstream) with runs through each gateway and the
+// reference, several rounds, medians reported:
 //
 //   - saturation throughput, gateway/direct, plain and streamed chat (closed
 //     loop, fixed connections and duration);
@@ -22,5 +24,6 @@
 // hottest functions. The whole run takes about five minutes; -quick about
 // two.
 //
-// Run with -serve-fake ADDR, the program is the fake upstream process itself.
+// Run with -serve-fake ADDR, the program is the fake upstream process itself;
+// with -serve-bare ADDR -upstream HOST:PORT, the bare reference proxy.
 package main

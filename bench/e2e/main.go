@@ -37,6 +37,8 @@ type options struct {
 func main() {
 	var o options
 	fake := flag.String("serve-fake", "", "run as the fake upstream process on this address (used by the benchmark itself)")
+	bare := flag.String("serve-bare", "", "run as the bare reference proxy on this address, forwarding to -upstream (used by the benchmark itself)")
+	upstream := flag.String("upstream", "", "the upstream host:port of -serve-bare")
 	flag.BoolVar(&o.quick, "quick", false, "short runs (about 2 minutes instead of 5)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of alternated direct and gateway runs (medians reported)")
 	flag.DurationVar(&o.dur, "duration", 0, "length of each closed-loop run (default 5s, -quick 1.5s)")
@@ -52,6 +54,9 @@ func main() {
 	flag.Parse()
 	if *fake != "" {
 		os.Exit(serveFake(*fake))
+	}
+	if *bare != "" {
+		os.Exit(serveBare(*bare, *upstream))
 	}
 	o.command = commandLine()
 	o.defaults()
@@ -104,6 +109,7 @@ type env struct {
 	direct   *target
 	redis    *target
 	memory   *target
+	bare     *target // the reference proxy: fiber + fasthttp client, no features
 }
 
 func run(o options) int {
@@ -214,10 +220,24 @@ func setup(o options) (*env, error) {
 	if err != nil {
 		return e, err
 	}
+	step("start the bare reference proxy")
+	if port, err = freePort(); err != nil {
+		return e, err
+	}
+	baddr := "127.0.0.1:" + strconv.Itoa(port)
+	bp, err := startProc("bare proxy", filepath.Join(e.tmp, "bare.log"), self, "-serve-bare", baddr, "-upstream", e.fakeAddr)
+	if err != nil {
+		return e, err
+	}
+	if err := waitTCP(bp, baddr, 10*time.Second); err != nil {
+		return e, err
+	}
+
 	conns := max(e.o.conns, 64) + 512 // the open-loop runs may stack calls up
 	e.direct = newTarget("direct", e.fakeAddr, nil, conns)
 	e.redis = newTarget("redis", addr, gr, conns)
 	e.memory = newTarget("memory", maddr, gm, conns)
+	e.bare = newTarget("bare", baddr, bp, conns)
 	return e, nil
 }
 

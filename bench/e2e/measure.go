@@ -64,6 +64,10 @@ func (r *results) fail(t string, n int64, msg string) {
 
 var kinds = []string{"plain", "stream"}
 
+// proxies are the targets measured against direct: the two gateways and the
+// bare reference proxy.
+var proxies = []string{"redis", "memory", "bare"}
+
 // measure runs every phase and returns the figures.
 func (e *env) measure() (*results, error) {
 	r := &results{start: time.Now(), load0: loadAverage(), series: map[string][]float64{},
@@ -75,7 +79,7 @@ func (e *env) measure() (*results, error) {
 	}
 
 	bodies := map[string][]byte{"plain": chatBody(taskChat, false), "stream": chatBody(taskChat, true)}
-	targets := []*target{e.direct, e.redis, e.memory}
+	targets := []*target{e.direct, e.redis, e.memory, e.bare}
 	watch := func(t *target) *storeWatch {
 		if t == e.redis {
 			return e.watch
@@ -111,7 +115,7 @@ func (e *env) measure() (*results, error) {
 				fmt.Printf("          %-7s %8.0f calls/s  cpu %.3f ms/call  errors %d\n", t.name, res.throughput(), res.cpuPerCall(), res.errors)
 				r.add("sat.tput."+k+"."+t.name, res.throughput())
 			}
-			for _, gw := range []string{"redis", "memory"} {
+			for _, gw := range proxies {
 				r.add("sat.ratio."+k+"."+gw, got[gw].throughput()/got["direct"].throughput())
 				r.add("cpu.sat."+k+"."+gw, got[gw].cpuPerCall())
 			}
@@ -144,7 +148,7 @@ func (e *env) measure() (*results, error) {
 				r.add("open.late50", msf(pct(res.lateness, 50)))
 				r.add("open.late99", msf(pct(res.lateness, 99)))
 			}
-			for _, gw := range []string{"redis", "memory"} {
+			for _, gw := range proxies {
 				r.add("add.p50."+k+"."+gw, msf(pct(got[gw].latency, 50))-msf(pct(got["direct"].latency, 50)))
 				r.add("add.p99."+k+"."+gw, msf(pct(got[gw].latency, 99))-msf(pct(got["direct"].latency, 99)))
 				if k == "stream" {

@@ -18,6 +18,8 @@ type figure struct {
 	prec          int
 	redis, memory float64
 	hasMemory     bool
+	bare          float64 // the bare reference proxy (no target applies to it)
+	hasBare       bool
 	cmp           string // ">=", "<=" or "=" (within 0.02)
 	target        float64
 	speed         bool // a CPU, throughput or latency target (a miss triggers the profile)
@@ -72,6 +74,7 @@ func (r *results) figures(rate int) []figure {
 			f.missing = true
 		}
 		f.memory, f.hasMemory = r.med(strings.ReplaceAll(key, "*", "memory"))
+		f.bare, f.hasBare = r.med(strings.ReplaceAll(key, "*", "bare"))
 		out = append(out, f)
 	}
 	one := func(name, key, unit string, prec int, cmp string, target float64) {
@@ -146,10 +149,13 @@ func (r *results) markdown(e *env) string {
 	fmt.Fprintf(&b, "Last run: %s · `%s` · %s: %d rounds, saturation runs of %s at %d connections, fixed-rate runs of %s at %d req/s · %s · load average %s at the start, %s at the end.\n\n",
 		r.start.UTC().Format("2006-01-02 15:04 MST"), o.command, mode, o.rounds, o.dur, o.conns, o.openDur, o.rate,
 		machine(), r.load0, r.load1)
-	b.WriteString("| figure (median of rounds) | Redis store | in-process store | target | met (Redis / in-process) |\n")
-	b.WriteString("| --- | --- | --- | --- | --- |\n")
+	b.WriteString("| figure (median of rounds) | Redis store | in-process store | target | met (Redis / in-process) | bare proxy (reference) |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
 	for _, f := range r.figures(o.rate) {
-		red, mem, met := "—", "—", "—"
+		red, mem, met, bare := "—", "—", "—", "—"
+		if f.hasBare {
+			bare = f.format(f.bare)
+		}
 		if !f.missing {
 			red = f.format(f.redis)
 			met = yesNo(f.met(f.redis))
@@ -158,10 +164,11 @@ func (r *results) markdown(e *env) string {
 			mem = f.format(f.memory)
 			met += " / " + yesNo(f.met(f.memory))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", f.name, red, mem, f.targetText(), met)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", f.name, red, mem, f.targetText(), met, bare)
 	}
+	b.WriteString("\nThe bare proxy is a reference measured in the same rounds, not a product: a fiber handler and a fasthttp client forwarding each request as it came (no key, task, limit, count, metric or log; `-serve-bare`), the third row of the calibration table in ../shared/PERFORMANCE.md. It shows what this machine and this baseline allow any proxy.\n")
 
-	b.WriteString("\nDetails (medians of rounds):\n\n| measured | direct | Redis store | in-process store |\n| --- | --- | --- | --- |\n")
+	b.WriteString("\nDetails (medians of rounds):\n\n| measured | direct | Redis store | in-process store | bare proxy |\n| --- | --- | --- | --- | --- |\n")
 	row := func(name string, keys ...string) {
 		cells := []string{name}
 		for _, k := range keys {
@@ -175,20 +182,20 @@ func (r *results) markdown(e *env) string {
 	}
 	for _, k := range kinds {
 		name := map[string]string{"plain": "plain", "stream": "streamed"}[k]
-		b.WriteString(fmt.Sprintf("| saturation, %s chat, calls/s | %.0f | %.0f | %.0f |\n", name,
-			r.mv("sat.tput."+k+".direct"), r.mv("sat.tput."+k+".redis"), r.mv("sat.tput."+k+".memory")))
+		b.WriteString(fmt.Sprintf("| saturation, %s chat, calls/s | %.0f | %.0f | %.0f | %.0f |\n", name,
+			r.mv("sat.tput."+k+".direct"), r.mv("sat.tput."+k+".redis"), r.mv("sat.tput."+k+".memory"), r.mv("sat.tput."+k+".bare")))
 	}
-	row("gateway CPU per call at saturation, plain, ms", "none", "cpu.sat.plain.redis", "cpu.sat.plain.memory")
-	row("gateway CPU per call at saturation, streamed, ms", "none", "cpu.sat.stream.redis", "cpu.sat.stream.memory")
-	row(fmt.Sprintf("latency p50 at %d req/s, plain, ms", o.rate), "open.p50.plain.direct", "open.p50.plain.redis", "open.p50.plain.memory")
-	row(fmt.Sprintf("latency p99 at %d req/s, plain, ms", o.rate), "open.p99.plain.direct", "open.p99.plain.redis", "open.p99.plain.memory")
-	row(fmt.Sprintf("first streamed byte p50 at %d req/s, ms", o.rate), "open.ttfb.direct", "open.ttfb.redis", "open.ttfb.memory")
-	row(fmt.Sprintf("whole stream p50 at %d req/s, ms", o.rate), "open.p50.stream.direct", "open.p50.stream.redis", "open.p50.stream.memory")
-	row(fmt.Sprintf("whole stream p99 at %d req/s, ms", o.rate), "open.p99.stream.direct", "open.p99.stream.redis", "open.p99.stream.memory")
-	row(fmt.Sprintf("gateway CPU per call at %d req/s, plain, ms", o.rate), "none", "cpu.open.plain.redis", "cpu.open.plain.memory")
-	row(fmt.Sprintf("gateway CPU per call at %d req/s, streamed, ms", o.rate), "none", "cpu.open.stream.redis", "cpu.open.stream.memory")
-	row("redis-server CPU per call at saturation, plain, ms", "none", "store.cpu.sat.plain", "none")
-	row("redis-server CPU per call at saturation, streamed, ms", "none", "store.cpu.sat.stream", "none")
+	row("gateway CPU per call at saturation, plain, ms", "none", "cpu.sat.plain.redis", "cpu.sat.plain.memory", "cpu.sat.plain.bare")
+	row("gateway CPU per call at saturation, streamed, ms", "none", "cpu.sat.stream.redis", "cpu.sat.stream.memory", "cpu.sat.stream.bare")
+	row(fmt.Sprintf("latency p50 at %d req/s, plain, ms", o.rate), "open.p50.plain.direct", "open.p50.plain.redis", "open.p50.plain.memory", "open.p50.plain.bare")
+	row(fmt.Sprintf("latency p99 at %d req/s, plain, ms", o.rate), "open.p99.plain.direct", "open.p99.plain.redis", "open.p99.plain.memory", "open.p99.plain.bare")
+	row(fmt.Sprintf("first streamed byte p50 at %d req/s, ms", o.rate), "open.ttfb.direct", "open.ttfb.redis", "open.ttfb.memory", "open.ttfb.bare")
+	row(fmt.Sprintf("whole stream p50 at %d req/s, ms", o.rate), "open.p50.stream.direct", "open.p50.stream.redis", "open.p50.stream.memory", "open.p50.stream.bare")
+	row(fmt.Sprintf("whole stream p99 at %d req/s, ms", o.rate), "open.p99.stream.direct", "open.p99.stream.redis", "open.p99.stream.memory", "open.p99.stream.bare")
+	row(fmt.Sprintf("gateway CPU per call at %d req/s, plain, ms", o.rate), "none", "cpu.open.plain.redis", "cpu.open.plain.memory", "cpu.open.plain.bare")
+	row(fmt.Sprintf("gateway CPU per call at %d req/s, streamed, ms", o.rate), "none", "cpu.open.stream.redis", "cpu.open.stream.memory", "cpu.open.stream.bare")
+	row("redis-server CPU per call at saturation, plain, ms", "none", "store.cpu.sat.plain", "none", "none")
+	row("redis-server CPU per call at saturation, streamed, ms", "none", "store.cpu.sat.stream", "none", "none")
 
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "- Redis, per call at %d req/s: plain %.2f EVALSHA/EVAL, %.2f commands as redis-server counts them (commands run inside scripts included), %.2f read events (about one per round trip, a pipeline being one); streamed %.2f / %.2f / %.2f. Plain, by command: %s.\n",
@@ -260,8 +267,10 @@ fake upstream in a process of its own (the benchmark binary re-run with
 ` + "`-serve-fake`" + `), a redis-server on a free loopback port, and two gateways with limits
 on: requests, tokens and money, task and user windows, a user header, limits far
 above what a run reaches (one gateway on the Redis store, one on the in-process
-store). A fasthttp load generator on 127.0.0.1 then alternates direct runs (to the
-fake upstream) with runs through each gateway, rotating the order every round,
+store), and a bare reference proxy (fiber + fasthttp client, no features; the
+benchmark binary re-run with ` + "`-serve-bare`" + `). A fasthttp load generator on 127.0.0.1
+then alternates direct runs (to the fake upstream) with runs through each gateway
+and the reference proxy, rotating the order every round,
 and reports medians of rounds: saturation throughput (closed loop), latency at a
 fixed rate (open loop, measured from each request's scheduled send time, so
 coordinated omission is avoided), first streamed byte, gateway CPU per call
