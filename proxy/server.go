@@ -187,6 +187,7 @@ func fiberConfig(cfg *config.Config, name string, eh fiber.ErrorHandler) fiber.C
 		ReadTimeout:           readTimeout, // a slow client gets 408 request_timeout
 		WriteTimeout:          0,           // streams may run long; idle clients are cut by IdleTimeout
 		IdleTimeout:           120 * time.Second,
+		ReduceMemoryUsage:     true, // a connection's read buffer goes back to the pool while its answer streams
 		DisableStartupMessage: true,
 		ErrorHandler:          eh,
 		StrictRouting:         false,

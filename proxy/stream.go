@@ -15,27 +15,30 @@ import (
 	"taskgate/guard"
 )
 
-// relay answers a streamed call: headers first (before the first byte), then
-// the upstream's SSE events one by one, each flushed. It settles at the end
-// of the stream, from the last usage object or, without one, from the text
-// streamed so far.
+// relay answers a streamed call: headers first, then the upstream's SSE
+// events one by one, each written as one chunk and flushed. The relay runs
+// on the client connection's own goroutine: fasthttp writes the body by
+// calling sseBody.WriteTo, with no pipe and no goroutine of its own. It
+// settles when the body is closed, from the last usage object or, without
+// one, from the text streamed so far.
 func (c *call) relay(fc *fiber.Ctx, resp *fasthttp.Response) error {
 	c.setHeaders(fc)
 	fc.Set("X-Taskgate-Cost-Estimate", config.FormatMicros(c.estMoney))
 	fc.Set(fiber.HeaderContentType, "text/event-stream")
 	fc.Set(fiber.HeaderCacheControl, "no-cache")
 	fc.Status(c.status)
-	s := c.s
-	s.pending.Add(1)
-	s.m.ActiveStreams.Inc()
-	fc.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer s.pending.Done()
-		defer s.m.ActiveStreams.Dec()
-		c.pump(w, resp)
-		_ = resp.CloseBodyStream()
-		fasthttp.ReleaseResponse(resp)
-		c.finish()
-	})
+	c.s.pending.Add(1)
+	c.s.m.ActiveStreams.Inc()
+	body := &sseBody{c: c, resp: resp, r: bufio.NewReaderSize(resp.BodyStream(), 4<<10)} // readLine joins longer lines
+	if c.task.SelfFlag {
+		switch c.rt {
+		case routeChat:
+			body.st.chatStrip = &guard.ChatStreamStripper{}
+		case routeResponses:
+			body.st.respStrip = &guard.ResponsesStreamStripper{}
+		}
+	}
+	fc.Context().SetBodyStream(body, -1)
 	return nil
 }
 
@@ -47,52 +50,93 @@ type streamState struct {
 	done      bool // [DONE] or a terminal Responses event was seen
 }
 
-// pump copies events until the upstream ends, the client goes away or the
-// upstream breaks (then a last error event is sent).
-func (c *call) pump(w *bufio.Writer, resp *fasthttp.Response) {
-	st := &streamState{}
-	if c.task.SelfFlag {
-		switch c.rt {
-		case routeChat:
-			st.chatStrip = &guard.ChatStreamStripper{}
-		case routeResponses:
-			st.respStrip = &guard.ResponsesStreamStripper{}
+// sseBody is a streamed answer's body as the client gets it: the upstream's
+// events, inspected and rewritten, then the gateway's error event if the
+// upstream broke off. fasthttp writes it with WriteTo (one chunk, flushed,
+// per Write) and closes it when the answer is written or the client is
+// gone; Close settles the call.
+type sseBody struct {
+	c      *call
+	resp   *fasthttp.Response
+	r      *bufio.Reader
+	st     streamState
+	event  []byte // the lines of the event being read
+	out    []byte // bytes for the client not yet returned by Read
+	off    int
+	ended  bool // the upstream stream ended (out may still hold its last bytes)
+	closed bool
+}
+
+// SupportsBodyWriteTo tells fasthttp that WriteTo may replace Read.
+func (b *sseBody) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo writes the events to w, one Write per event, until the upstream
+// ends or a Write fails (the client is gone).
+func (b *sseBody) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for b.next() {
+		m, err := w.Write(b.out)
+		n += int64(m)
+		if err != nil {
+			return n, err
 		}
 	}
-	r := bufio.NewReaderSize(resp.BodyStream(), 4<<10) // readLine joins longer lines
-	var event []byte
-	var readErr error
-	for {
-		line, err := readLine(r)
+	return n, nil
+}
+
+// Read is WriteTo for a reader: the same bytes.
+func (b *sseBody) Read(p []byte) (int, error) {
+	if b.off >= len(b.out) && !b.next() {
+		return 0, io.EOF
+	}
+	n := copy(p, b.out[b.off:])
+	b.off += n
+	return n, nil
+}
+
+// next reads the upstream until out holds the next bytes for the client
+// (whole events, or the last bytes of the stream); false when nothing more
+// will come.
+func (b *sseBody) next() bool {
+	b.out, b.off = b.out[:0], 0
+	for !b.ended {
+		line, err := readLine(b.r)
 		if err != nil {
-			if len(event) > 0 {
-				if !c.emit(w, st, event) {
-					c.settleStreamed(st)
-					return
-				}
+			if len(b.event) > 0 {
+				b.out = b.c.emit(b.out, &b.st, b.event)
+				b.event = b.event[:0]
 			}
-			readErr = err
+			b.end(err)
 			break
 		}
 		if len(bytes.TrimRight(line, "\r\n")) == 0 {
-			if len(event) > 0 {
-				if !c.emit(w, st, event) {
-					c.settleStreamed(st) // the client went away
-					return
+			if len(b.event) > 0 {
+				b.out = b.c.emit(b.out, &b.st, b.event)
+				b.event = b.event[:0]
+				if len(b.out) > 0 {
+					return true
 				}
-				event = event[:0]
 			}
 			continue
 		}
-		event = append(event, line...)
+		b.event = append(b.event, line...)
 	}
-	if readErr != io.EOF || !st.done {
+	return len(b.out) > 0
+}
+
+// end marks the upstream stream ended with readErr: an end without [DONE]
+// (or the Responses API's terminal event), a break or a stall gets a last
+// error event.
+func (b *sseBody) end(readErr error) {
+	b.ended = true
+	c := b.c
+	if readErr != io.EOF || !b.st.done {
 		code, msg := "upstream_error", "the upstream stream broke off"
 		var te *timeoutError
 		if errors.As(readErr, &te) {
 			code, msg = "upstream_timeout", "the upstream stream stalled"
 		}
-		if readErr == io.EOF && !st.done {
+		if readErr == io.EOF && !b.st.done {
 			msg = "the upstream stream ended early"
 		}
 		c.status, c.code = 200, code
@@ -101,10 +145,28 @@ func (c *call) pump(w *bufio.Writer, resp *fasthttp.Response) {
 		if code == "upstream_timeout" {
 			e.Status = 504
 		}
-		_, _ = w.Write(e.event())
-		_ = w.Flush()
+		b.out = append(b.out, e.event()...)
 	}
-	c.settleStreamed(st)
+	c.settleStreamed(&b.st)
+}
+
+// Close ends the call once the answer is written or the client is gone:
+// the upstream stream is closed and the call settled. Safe to call twice.
+func (b *sseBody) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	c := b.c
+	if !b.ended {
+		c.settleStreamed(&b.st) // the client went away
+	}
+	_ = b.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(b.resp)
+	c.finish()
+	c.s.m.ActiveStreams.Dec()
+	c.s.pending.Done()
+	return nil
 }
 
 // settleStreamed fills usage from the stream when no usage object came.
@@ -139,9 +201,8 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 }
 
 // emit processes one SSE event (its lines, without the blank line) and
-// writes it to the client unless it is hidden. It returns false when the
-// client is gone.
-func (c *call) emit(w *bufio.Writer, st *streamState, event []byte) bool {
+// appends it, with the blank line that ends it, to dst unless it is hidden.
+func (c *call) emit(dst []byte, st *streamState, event []byte) []byte {
 	var name, data []byte
 	for rest := event; len(rest) > 0; {
 		i := bytes.IndexByte(rest, '\n')
@@ -163,26 +224,20 @@ func (c *call) emit(w *bufio.Writer, st *streamState, event []byte) bool {
 	if data != nil {
 		newData, hide := c.inspect(st, name, data)
 		if hide {
-			return true
+			return dst
 		}
 		if newData != nil {
 			out = rebuildEvent(name, newData)
 		}
 	}
-	if _, err := w.Write(out); err != nil {
-		return false
-	}
+	dst = append(dst, out...)
 	// A blank line ends the event. An event cut off at the stream's end
 	// lacks its last line's newline: close that line first, so that what
 	// follows (the gateway's error event) is not read as part of it.
-	end := "\n"
 	if out[len(out)-1] != '\n' {
-		end = "\n\n"
+		dst = append(dst, '\n')
 	}
-	if _, err := w.WriteString(end); err != nil {
-		return false
-	}
-	return w.Flush() == nil
+	return append(dst, '\n')
 }
 
 func rebuildEvent(name, data []byte) []byte {
