@@ -106,7 +106,13 @@ func FormatMicros(m int64) string {
 		sign = "-"
 		u = uint64(-(m + 1)) + 1 // safe for MinInt64
 	}
-	return fmt.Sprintf("%s%d.%06d", sign, u/MicrosPerDollar, u%MicrosPerDollar)
+	var buf [32]byte
+	b := append(buf[:0], sign...)
+	b = strconv.AppendUint(b, u/MicrosPerDollar, 10)
+	frac := u % MicrosPerDollar
+	b = append(b, '.', '0'+byte(frac/100000), '0'+byte(frac/10000%10), '0'+byte(frac/1000%10),
+		'0'+byte(frac/100%10), '0'+byte(frac/10%10), '0'+byte(frac%10))
+	return string(b)
 }
 
 var maxInt64Dec = decimal.NewFromInt(math.MaxInt64)

@@ -260,24 +260,28 @@ func (c *call) cost() int64 {
 // setHeaders sets the gateway's response headers (task, endpoint, trim,
 // OpenAI rate-limit trios).
 func (c *call) setHeaders(fc *fiber.Ctx) {
+	// Keys are given as fasthttp writes them (canonical), which skips its
+	// normalizing on every call.
+	h := &fc.Response().Header
+	set := func(k, v string) { h.SetCanonical([]byte(k), []byte(v)) }
 	if c.task != nil {
-		fc.Set("X-Taskgate-Task", c.task.Key)
+		set("X-Taskgate-Task", c.task.Key)
 	}
 	if c.served != nil {
-		fc.Set("X-Taskgate-Endpoint", c.served.ep.Name)
+		set("X-Taskgate-Endpoint", c.served.ep.Name)
 	}
 	if c.trimmed > 0 {
-		fc.Set("X-Taskgate-Trimmed", itoa(int64(c.trimmed)))
+		set("X-Taskgate-Trimmed", itoa(int64(c.trimmed)))
 	}
 	if t := c.decision.Requests; t != nil {
-		fc.Set("x-ratelimit-limit-requests", itoa(t.Limit))
-		fc.Set("x-ratelimit-remaining-requests", itoa(t.Remaining))
-		fc.Set("x-ratelimit-reset-requests", resetString(t.Reset))
+		set("X-Ratelimit-Limit-Requests", itoa(t.Limit))
+		set("X-Ratelimit-Remaining-Requests", itoa(t.Remaining))
+		set("X-Ratelimit-Reset-Requests", resetString(t.Reset))
 	}
 	if t := c.decision.Tokens; t != nil {
-		fc.Set("x-ratelimit-limit-tokens", itoa(t.Limit))
-		fc.Set("x-ratelimit-remaining-tokens", itoa(t.Remaining))
-		fc.Set("x-ratelimit-reset-tokens", resetString(t.Reset))
+		set("X-Ratelimit-Limit-Tokens", itoa(t.Limit))
+		set("X-Ratelimit-Remaining-Tokens", itoa(t.Remaining))
+		set("X-Ratelimit-Reset-Tokens", resetString(t.Reset))
 	}
 }
 

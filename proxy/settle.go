@@ -76,10 +76,9 @@ func (c *call) finish() {
 	c.s.pending.Add(1)
 	c.s.workers.run(func() {
 		defer c.s.pending.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		t0 := time.Now()
-		res, err := c.s.lim.Settle(ctx, hold, out)
+		// No deadline of its own: the store bounds its round trips (store.timeout).
+		res, err := c.s.lim.Settle(context.Background(), hold, out)
 		c.s.mc.settleDur.Observe(time.Since(t0).Seconds())
 		if err != nil {
 			c.s.m.StoreErrors.WithLabelValues("settle").Inc()

@@ -133,7 +133,7 @@ func parseBody(js string) (parsedBody, error) {
 	if kind(msgsRaw) != '[' {
 		return p, invalid("messages", "must be an array")
 	}
-	p.msgs = make([]message, 0, 16)
+	p.msgs = make([]message, 0, 4) // most calls send a few messages
 	var err error
 	ok := eachElem(msgsRaw, func(m string) bool {
 		var msg message
