@@ -869,6 +869,14 @@ func (l *Limiter) Ping(ctx context.Context) error { return l.store.Ping(ctx) }
 // because the store is unreachable (fail_open only).
 func (l *Limiter) Degraded() bool { return l.degraded.Load() }
 
+// InProcess reports whether the store is the in-process one: Settle then
+// makes no round trip and returns within microseconds, so a caller may
+// settle inline instead of handing the work to another goroutine.
+func (l *Limiter) InProcess() bool {
+	_, ok := l.store.(*memoryStore)
+	return ok
+}
+
 // Close stops the background reconciliation and closes the store.
 func (l *Limiter) Close() error {
 	l.mu.Lock()

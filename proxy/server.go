@@ -35,6 +35,7 @@ type Limiter interface {
 	Events(ctx context.Context, f limits.EventFilter) ([]limits.Event, error)
 	Ping(ctx context.Context) error
 	Degraded() bool
+	InProcess() bool
 }
 
 var _ Limiter = (*limits.Limiter)(nil)
@@ -187,7 +188,6 @@ func fiberConfig(cfg *config.Config, name string, eh fiber.ErrorHandler) fiber.C
 		ReadTimeout:           readTimeout, // a slow client gets 408 request_timeout
 		WriteTimeout:          0,           // streams may run long; idle clients are cut by IdleTimeout
 		IdleTimeout:           120 * time.Second,
-		ReduceMemoryUsage:     true, // a connection's read buffer goes back to the pool while its answer streams
 		DisableStartupMessage: true,
 		ErrorHandler:          eh,
 		StrictRouting:         false,

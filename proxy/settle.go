@@ -13,8 +13,9 @@ import (
 )
 
 // finish records the call's metrics and journal line and settles its
-// reservation after the answer is written (in the background, so the store
-// round trip never delays the client). It runs exactly once per call.
+// reservation. With a store across the network the settlement runs on a
+// worker, so its round trip never delays the client; the in-process store
+// settles inline. It runs exactly once per call.
 func (c *call) finish() {
 	if c.settled {
 		return
@@ -74,7 +75,7 @@ func (c *call) finish() {
 	}
 	hold, task, user := c.hold, c.task, c.user
 	c.s.pending.Add(1)
-	c.s.workers.run(func() {
+	settle := func() {
 		defer c.s.pending.Done()
 		t0 := time.Now()
 		// No deadline of its own: the store bounds its round trips (store.timeout).
@@ -86,7 +87,12 @@ func (c *call) finish() {
 			return
 		}
 		c.s.signalSettlement(task.Key, user, task.Watchers, res)
-	})
+	}
+	if c.s.lim.InProcess() {
+		settle() // microseconds, no round trip: cheaper than waking a worker
+		return
+	}
+	c.s.workers.run(settle)
 }
 
 // signalSettlement tells watchers of crossed thresholds and logs auto-blocks.

@@ -255,7 +255,14 @@ func (e *env) startGateway(name, redisURL string, estimate bool) (*proc, string,
 		return nil, "", err
 	}
 	cfg := gatewayConfig(lp, ap, redisURL, "http://"+e.fakeAddr+"/v1", estimate)
-	path := filepath.Join(e.tmp, name+".yaml")
+	// Configs live in a directory of their own, as in a deployment: the
+	// gateway watches its config's directory, and the logs and perf data
+	// written to e.tmp must not wake that watcher.
+	dir := filepath.Join(e.tmp, "config")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, "", fmt.Errorf("write %s: %w", path, err)
 	}

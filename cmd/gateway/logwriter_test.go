@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 type lockedBuffer struct {
@@ -49,5 +50,37 @@ func TestLogWriterKeepsEveryLineInOrderPerWriter(t *testing.T) {
 			t.Fatalf("%s: line %d after %d", g, i, next[g]-1)
 		}
 		next[g]++
+	}
+}
+
+func TestLogWriterFlushesSoonWithoutClose(t *testing.T) {
+	var out lockedBuffer
+	w := newLogWriter(&out)
+	defer w.Close()
+	fmt.Fprintf(w, "one line\n")
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		out.mu.Lock()
+		got := out.b.String()
+		out.mu.Unlock()
+		if got == "one line\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lone line was not written within 2 s (flush delay %v): %q", flushDelay, got)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestLogWriterAfterClose(t *testing.T) {
+	var out lockedBuffer
+	w := newLogWriter(&out)
+	fmt.Fprintf(w, "before\n")
+	w.Close()
+	w.Close() // twice: no panic
+	fmt.Fprintf(w, "after\n")
+	if got := out.b.String(); got != "before\nafter\n" {
+		t.Fatalf("got %q", got)
 	}
 }
