@@ -54,7 +54,8 @@ type streamState struct {
 // events, inspected and rewritten, then the gateway's error event if the
 // upstream broke off. fasthttp writes it with WriteTo (one chunk, flushed,
 // per Write) and closes it when the answer is written or the client is
-// gone; Close settles the call.
+// gone; Close settles the call. Each event is written as soon as it is
+// read; events that arrived together share a write.
 type sseBody struct {
 	c      *call
 	resp   *fasthttp.Response
@@ -95,8 +96,8 @@ func (b *sseBody) Read(p []byte) (int, error) {
 }
 
 // next reads the upstream until out holds the next bytes for the client
-// (whole events, or the last bytes of the stream); false when nothing more
-// will come.
+// (whole events: one, or as many as arrived together; or the last bytes of
+// the stream); false when nothing more will come.
 func (b *sseBody) next() bool {
 	b.out, b.off = b.out[:0], 0
 	for !b.ended {
@@ -113,7 +114,9 @@ func (b *sseBody) next() bool {
 			if len(b.event) > 0 {
 				b.out = b.c.emit(b.out, &b.st, b.event)
 				b.event = b.event[:0]
-				if len(b.out) > 0 {
+				// Flush now unless the next event is already here whole:
+				// then it goes in the same write, and no event waits.
+				if len(b.out) > 0 && (len(b.out) >= maxCoalesce || !b.eventBuffered()) {
 					return true
 				}
 			}
@@ -122,6 +125,16 @@ func (b *sseBody) next() bool {
 		b.event = append(b.event, line...)
 	}
 	return len(b.out) > 0
+}
+
+// maxCoalesce bounds the events written together in one chunk.
+const maxCoalesce = 16 << 10
+
+// eventBuffered reports whether the reader holds a whole event (its blank
+// line included), so that reading it cannot wait on the upstream.
+func (b *sseBody) eventBuffered() bool {
+	buf, _ := b.r.Peek(b.r.Buffered())
+	return bytes.Contains(buf, []byte("\n\n")) || bytes.Contains(buf, []byte("\n\r\n"))
 }
 
 // end marks the upstream stream ended with readErr: an end without [DONE]
