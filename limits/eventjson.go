@@ -5,8 +5,9 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"taskgate/internal/jsonstr"
 	"time"
+
+	"taskgate/internal/jsonstr"
 )
 
 // appendEvent appends ev as encoding/json would marshal it, byte for byte,

@@ -4,10 +4,10 @@ import (
 	"strings"
 	"sync"
 
-	"taskgate/limits"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"taskgate/limits"
 )
 
 // Metrics holds every taskgate metric (DESIGN §8). No metric has a user label.
