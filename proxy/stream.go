@@ -29,7 +29,9 @@ func (c *call) relay(fc *fiber.Ctx, resp *fasthttp.Response) error {
 	fc.Status(c.status)
 	c.s.pending.Add(1)
 	c.s.m.ActiveStreams.Inc()
-	body := &sseBody{c: c, resp: resp, r: bufio.NewReaderSize(resp.BodyStream(), 4<<10)} // readLine joins longer lines
+	// Most events fit the reader whole; readLine joins longer lines. The
+	// reader lives as long as the stream, so it is kept small.
+	body := &sseBody{c: c, resp: resp, r: bufio.NewReaderSize(resp.BodyStream(), 1<<10)}
 	if c.task.SelfFlag {
 		switch c.rt {
 		case routeChat:

@@ -47,6 +47,7 @@ func TestRelayWritesEachEventWithoutWaiting(t *testing.T) {
 		{"next event partly arrived", []string{event("a") + `data: {"choi`}, event("a")},
 		{"two whole events arrived together", []string{event("a") + event("b") + `data: {"choi`}, event("a") + event("b")},
 		{"one event per read", []string{event("a"), event("b")}, event("a")},
+		{"an event longer than the reader", []string{event(strings.Repeat("x", 5000)) + `data: {"choi`}, event(strings.Repeat("x", 5000))},
 		// The relay ends each event with "\n" whatever the upstream used.
 		{"CRLF lines", []string{strings.ReplaceAll(event("a"), "\n", "\r\n") + "data: x"}, strings.TrimSuffix(strings.ReplaceAll(event("a"), "\n", "\r\n"), "\r\n") + "\n"},
 	} {
