@@ -29,6 +29,7 @@ const (
 
 // call is the state of one client call along the path.
 type call struct {
+	top   topFields // the body's top-level fields
 	s     *Server
 	st    *state
 	rt    *route
@@ -95,19 +96,20 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	if e := checkBody(body); e != nil {
 		return e
 	}
-	m := gjson.GetBytes(body, "model")
+	c.top.read(body)
+	m := c.top.model
 	if m.Exists() && m.Type != gjson.String {
 		return invalidRequest("model", "model must be a string")
 	}
 	c.model = m.Str
-	if st := gjson.GetBytes(body, "stream"); st.Exists() {
+	if st := c.top.stream; st.Exists() {
 		if st.Type != gjson.True && st.Type != gjson.False {
 			return invalidRequest("stream", "stream must be a boolean")
 		}
 		c.stream = st.Type == gjson.True && c.rt.streams
 	}
 	if c.stream {
-		c.clientWantsUsage = gjson.GetBytes(body, "stream_options.include_usage").Type == gjson.True
+		c.clientWantsUsage = c.top.streamOptions.Get("include_usage").Type == gjson.True
 	}
 
 	// Task.
@@ -118,7 +120,7 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 		return newError(403, "task_disabled", "task "+c.task.Key+" is disabled")
 	}
 	// User and source.
-	if e := c.identifyUser(fc, body); e != nil {
+	if e := c.identifyUser(fc); e != nil {
 		return e
 	}
 	if c.user == "" && c.task.RequireUser {
@@ -131,7 +133,7 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	}
 
 	// Needs.
-	if e := c.routeChecks(body); e != nil {
+	if e := c.routeChecks(); e != nil {
 		return e
 	}
 	c.needs = c.task.Declared
@@ -226,7 +228,7 @@ func looksLikeTask(s string) bool {
 
 // identifyUser resolves the user: the key's fixed user, else the header,
 // else safety_identifier, else user.
-func (c *call) identifyUser(fc *fiber.Ctx, body []byte) *apiError {
+func (c *call) identifyUser(fc *fiber.Ctx) *apiError {
 	if c.key.User != "" {
 		c.user = c.key.User
 		return nil
@@ -236,7 +238,7 @@ func (c *call) identifyUser(fc *fiber.Ctx, body []byte) *apiError {
 		return nil
 	}
 	for _, f := range []string{"safety_identifier", "user"} {
-		v := gjson.GetBytes(body, f)
+		v := c.top.get(f)
 		if !v.Exists() || v.Type == gjson.Null {
 			continue
 		}
@@ -252,10 +254,10 @@ func (c *call) identifyUser(fc *fiber.Ctx, body []byte) *apiError {
 }
 
 // routeChecks checks the shape of the fields the route relies on.
-func (c *call) routeChecks(body []byte) *apiError {
+func (c *call) routeChecks() *apiError {
 	switch c.rt {
 	case routeChat:
-		msgs := gjson.GetBytes(body, "messages")
+		msgs := c.top.messages
 		if !msgs.IsArray() {
 			return invalidRequest("messages", "messages must be an array of message objects")
 		}
@@ -287,24 +289,24 @@ func (c *call) routeChecks(body []byte) *apiError {
 			return invalidRequest("messages", "messages must not be empty")
 		}
 	case routeEmbeddings:
-		if !gjson.GetBytes(body, "input").Exists() {
+		if !c.top.input.Exists() {
 			return invalidRequest("input", "input is required")
 		}
 	case routeCompletions:
-		if !gjson.GetBytes(body, "prompt").Exists() {
+		if !c.top.prompt.Exists() {
 			return invalidRequest("prompt", "prompt is required")
 		}
 	case routeResponses:
-		if !gjson.GetBytes(body, "input").Exists() && !gjson.GetBytes(body, "previous_response_id").Exists() {
+		if !c.top.input.Exists() && !c.top.previousResponseID.Exists() {
 			return invalidRequest("input", "input is required")
 		}
 	case routeImages:
-		p := gjson.GetBytes(body, "prompt")
+		p := c.top.prompt
 		if p.Type != gjson.String {
 			return invalidRequest("prompt", "prompt must be a string")
 		}
 		c.images = 1
-		if n := gjson.GetBytes(body, "n"); n.Exists() {
+		if n := c.top.n; n.Exists() {
 			if n.Type != gjson.Number || n.Int() < 1 || n.Int() > 128 {
 				return invalidRequest("n", "n must be an integer from 1 to 128")
 			}
@@ -313,7 +315,7 @@ func (c *call) routeChecks(body []byte) *apiError {
 	}
 	// The stated output maximum: the first of the route's fields, in order.
 	for _, f := range c.rt.maxOutput {
-		v := gjson.GetBytes(body, f)
+		v := c.top.get(f)
 		if !v.Exists() || v.Type == gjson.Null {
 			continue
 		}
@@ -550,4 +552,65 @@ func quote(s string) string {
 		s = s[:80] + "…"
 	}
 	return `"` + s + `"`
+}
+
+// topFields are the request body's top-level fields a call reads, taken in
+// one pass over the body: gjson.GetBytes scans the body once per field, and
+// to its end for each absent one. As with gjson.Get, the first of duplicate
+// keys counts.
+type topFields struct {
+	model, stream, streamOptions, messages, input, prompt, previousResponseID, n gjson.Result
+	safetyIdentifier, user, maxCompletionTokens, maxTokens, maxOutputTokens      gjson.Result
+}
+
+// read fills f from body, a JSON object already checked valid.
+func (f *topFields) read(body []byte) {
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		if dst := f.field(k.Str); dst != nil && !dst.Exists() {
+			*dst = v
+		}
+		return true
+	})
+}
+
+// field is where the top-level field name is kept, nil for one not read.
+func (f *topFields) field(name string) *gjson.Result {
+	switch name {
+	case "model":
+		return &f.model
+	case "stream":
+		return &f.stream
+	case "stream_options":
+		return &f.streamOptions
+	case "messages":
+		return &f.messages
+	case "input":
+		return &f.input
+	case "prompt":
+		return &f.prompt
+	case "previous_response_id":
+		return &f.previousResponseID
+	case "n":
+		return &f.n
+	case "safety_identifier":
+		return &f.safetyIdentifier
+	case "user":
+		return &f.user
+	case "max_completion_tokens":
+		return &f.maxCompletionTokens
+	case "max_tokens":
+		return &f.maxTokens
+	case "max_output_tokens":
+		return &f.maxOutputTokens
+	}
+	return nil
+}
+
+// get is the top-level field name; a name field does not keep reads as
+// absent (TestTopFieldsKeepEveryRouteField checks the routes' names).
+func (f *topFields) get(name string) gjson.Result {
+	if p := f.field(name); p != nil {
+		return *p
+	}
+	return gjson.Result{}
 }

@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestTopFieldsMatchGjson checks that the one-pass read gives what
+// gjson.GetBytes gives for each field: present, absent, null, escaped keys,
+// duplicates (the first counts) and fields only nested deeper.
+func TestTopFieldsMatchGjson(t *testing.T) {
+	names := []string{"model", "stream", "stream_options", "messages", "input", "prompt", "previous_response_id", "n",
+		"safety_identifier", "user", "max_completion_tokens", "max_tokens", "max_output_tokens"}
+	bodies := []string{
+		`{}`,
+		`{"model":"a.b","messages":[{"role":"user","content":"hi","model":"inner"}],"max_tokens":5}`,
+		`{"model":"first","model":"second","user":null,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"mo\u0064el":"escaped","safety_identifier":"alice","user":"bob","n":3}`,
+		`{"input":[{"role":"user","content":"x"}],"previous_response_id":"resp_1","max_output_tokens":0}`,
+		`{"metadata":{"model":"nested only","user":"nested"},"prompt":"p","max_completion_tokens":7,"max_tokens":9}`,
+		` { "stream" : false , "messages" : [ ] } `,
+	}
+	for _, body := range bodies {
+		var f topFields
+		f.read([]byte(body))
+		for _, name := range names {
+			got, want := f.get(name), gjson.Get(body, name)
+			if got.Raw != want.Raw || got.Type != want.Type || got.Exists() != want.Exists() {
+				t.Errorf("%s: field %s = %q (%v), gjson.Get %q (%v)", body, name, got.Raw, got.Type, want.Raw, want.Type)
+			}
+		}
+	}
+}
+
+// TestTopFieldsKeepEveryRouteField checks that every field a route looks up
+// by name is read in the one pass.
+func TestTopFieldsKeepEveryRouteField(t *testing.T) {
+	var f topFields
+	for _, r := range routes {
+		for _, name := range r.rt.maxOutput {
+			if f.field(name) == nil {
+				t.Errorf("route %s: output field %q is not in topFields", r.rt.name, name)
+			}
+		}
+	}
+	for _, name := range []string{"safety_identifier", "user"} {
+		if f.field(name) == nil {
+			t.Errorf("%q is not in topFields", name)
+		}
+	}
+}
+
+// BenchmarkTopFields compares the one-pass read of a 10 KB chat body's
+// top-level fields with one gjson.GetBytes per field, as a chat call reads
+// them (model, stream, safety_identifier, user, messages, the two output
+// maxima).
+func BenchmarkTopFields(b *testing.B) {
+	body := []byte(`{"model":"a.b","messages":[`)
+	for i := 0; i < 50; i++ {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, `{"role":"user","content":"a fairly ordinary message of about two hundred bytes, with some words, numbers like 12345, and punctuation; enough to look like a real chat turn in a history."}`...)
+	}
+	body = append(body, "]}"...)
+	fields := []string{"model", "stream", "safety_identifier", "user", "messages", "max_completion_tokens", "max_tokens"}
+	b.Run("one_pass", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for range b.N {
+			var f topFields
+			f.read(body)
+			for _, name := range fields {
+				_ = f.get(name)
+			}
+		}
+	})
+	b.Run("get_per_field", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for range b.N {
+			for _, name := range fields {
+				_ = gjson.GetBytes(body, name)
+			}
+		}
+	})
+}
