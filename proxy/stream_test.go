@@ -74,3 +74,26 @@ func TestRelayWritesEachEventWithoutWaiting(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayReadMatchesWriteTo checks that reading the body gives the bytes
+// WriteTo writes (fasthttp uses either).
+func TestRelayReadMatchesWriteTo(t *testing.T) {
+	stream := event("a") + event("b") + "data: [DONE]\n\n"
+	body := func() *sseBody {
+		r := &pausingReader{parts: []string{stream[:30], stream[30:]}, release: make(chan struct{})}
+		close(r.release)
+		c := &call{rt: routeChat, task: &tasks.Task{Task: config.Task{Key: "a.b"}}, haveUsage: true}
+		return &sseBody{c: c, r: bufio.NewReaderSize(r, 1<<10)}
+	}
+	var w strings.Builder
+	if _, err := body().WriteTo(&w); err != nil {
+		t.Fatal(err)
+	}
+	read, err := io.ReadAll(struct{ io.Reader }{body()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(read) != w.String() || w.String() != stream {
+		t.Errorf("Read %q\nWriteTo %q\nwant %q", read, w.String(), stream)
+	}
+}
