@@ -36,6 +36,7 @@ type Store struct {
 	KeyPrefix string        `yaml:"key_prefix"` // default "taskgate:"
 	OnError   string        `yaml:"on_error"`   // "fail_closed" (default) or "fail_open"
 	Timeout   time.Duration `yaml:"timeout"`    // per store command; default 250ms (extension)
+	Leases    bool          `yaml:"leases"`     // busy (task, user) pairs served from leases of headroom; default true (extension)
 }
 
 // Store error modes.

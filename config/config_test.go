@@ -376,7 +376,7 @@ func TestDefaults(t *testing.T) {
 		c.Timezone != "UTC" || c.Location != time.UTC || c.ShutdownGrace != 30*time.Second {
 		t.Errorf("top-level defaults: %+v", c)
 	}
-	if want := (Store{KeyPrefix: "taskgate:", OnError: FailClosed, Timeout: 250 * time.Millisecond}); c.Store != want {
+	if want := (Store{KeyPrefix: "taskgate:", OnError: FailClosed, Timeout: 250 * time.Millisecond, Leases: true}); c.Store != want {
 		t.Errorf("store = %+v, want %+v", c.Store, want)
 	}
 	e := c.Endpoints[0]
@@ -466,7 +466,7 @@ func TestFullFixture(t *testing.T) {
 		c.ShutdownGrace != 90*time.Second {
 		t.Errorf("top level: %+v", c)
 	}
-	if want := (Store{Redis: "redis-sentinel://:pw@s1:26379,s2/mymaster?db=2", KeyPrefix: "tg:", OnError: FailOpen, Timeout: 100 * time.Millisecond}); c.Store != want {
+	if want := (Store{Redis: "redis-sentinel://:pw@s1:26379,s2/mymaster?db=2", KeyPrefix: "tg:", OnError: FailOpen, Timeout: 100 * time.Millisecond, Leases: false}); c.Store != want {
 		t.Errorf("store = %+v", c.Store)
 	}
 

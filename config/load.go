@@ -150,7 +150,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 	c.Timezone = DefaultTimezone
 	c.ShutdownGrace = DefaultShutdownGrace
 	c.ClientTimeout = DefaultClientTimeout
-	c.Store = Store{KeyPrefix: DefaultKeyPrefix, OnError: FailClosed, Timeout: DefaultStoreTimeout}
+	c.Store = Store{KeyPrefix: DefaultKeyPrefix, OnError: FailClosed, Timeout: DefaultStoreTimeout, Leases: true}
 
 	if r := d.resolve(n); r != nil && r.Kind != yaml.MappingNode && !isNull(r) {
 		d.errorf(r, "", "the file must be a mapping of settings (listen, store, endpoints, tasks, keys, …), not %s", kindOf(r))
@@ -170,6 +170,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				"key_prefix": d.str(&c.Store.KeyPrefix),
 				"on_error":   d.str(&c.Store.OnError),
 				"timeout":    d.durationf(&c.Store.Timeout),
+				"leases":     d.boolf(&c.Store.Leases),
 			})
 		},
 		"endpoints": func(n *yaml.Node, path string) {

@@ -36,7 +36,9 @@ local function periodOf(idx) return (idx - 1) % 4 + 1 end
 
 -- reap releases up to max holds of one task whose lease ended at or before
 -- now: each held amount is taken off its window's total (t: settled +
--- reserved; when the window still exists), and the hold is forgotten.
+-- reserved; when the window still exists), and off its leased amount (l)
+-- for a replica's lease (hold id '<replica>:L<n>'), and the hold is
+-- forgotten.
 local function reap(base, now, max)
   local leases = base .. 'leases'
   local ids = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, max)
@@ -46,9 +48,11 @@ local function reap(base, now, max)
     local rec = redis.call('HGET', holds, id)
     if rec then
       local h = cjson.decode(rec)
+      local leased = string.find(id, ':L', 1, true)
       for i = 1, #h, 2 do
         if redis.call('EXISTS', h[i]) == 1 then
           redis.call('HINCRBY', h[i], 't', '-' .. h[i + 1])
+          if leased then redis.call('HINCRBY', h[i], 'l', '-' .. h[i + 1]) end
         end
       end
       redis.call('HDEL', holds, id)

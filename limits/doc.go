@@ -12,12 +12,27 @@
 // settled is released when its lease runs out: expired holds of a task are
 // reaped inside that task's later reserve calls and by Usage.
 //
+// Leases (lease.go): with a store across the network, a (task, user) that
+// a replica serves many calls a second for is served from a lease instead:
+// one reserve script takes a share of every window's headroom (at most
+// 1/32 of it, so only far from every limit) for about a quarter second of
+// calls; the calls that fit are admitted locally, each after one plain read
+// (HMGET of the blocks hash: the user's blocks and the task's overrides
+// version, so blocks and overrides still apply to the very next call on
+// every replica); and when the lease ends one settle script replaces what
+// it reserved by what its calls used and appends their events. Each window
+// hash also counts what leases hold (l), so that a call refused only for
+// what other replicas' leases hold waits for them to end (at most about
+// 0.6 s) and "exactly N of M" holds. A lease is an ordinary hold: a replica
+// that dies holding one strands nothing once it runs out. Options.NoLeases
+// (config store.leases: false) turns leases off.
+//
 // Two stores implement Store and pass one conformance suite: the in-process
 // memory store (one replica) and RedisStore (plain Redis, Sentinel or
 // Cluster). Redis keys, for prefix P and task T (the task is a hash tag, so
 // every key of one call shares a Cluster slot):
 //
-//	P{T}:t:<unit>:<period>:<start>          task window: hash {u: settled, t: settled + reserved}
+//	P{T}:t:<unit>:<period>:<start>          task window: hash {u: settled, t: settled + reserved, l: held by leases}
 //	P{T}:u:<user>:<unit>:<period>:<start>   user window: the same
 //	P{T}:t:<unit>:<period>:<start>:th:<t>   threshold t of that window claimed (SET NX)
 //	P{T}:ov                                 limit overrides: hash window id → value
@@ -27,7 +42,8 @@
 //	P{T}:flags:<user>:<day>                 off-purpose flags of a day: counter
 //	P{T}:events                             signal log (anomaly, flag, block, threshold): list, newest first, the newest 1000 read
 //	P{T}:calls                              call journal: list, newest first, the newest 1000 read
-//	Pblocks                                 blocks: hash "<group>\0<user>" → "<expiry ms>|<json>"
+//	Pblocks                                 blocks: hash "<group>\0<user>" → "<expiry ms>|<json>",
+//	                                        and "\0ov:<task>" → changes to the task's overrides
 //
 // <unit> is requests, tokens or money (micro-dollars); <period> is minute,
 // hour, day or month; <start> is the window's start in the Limiter's

@@ -158,6 +158,7 @@ type Hold struct {
 	estimate  Usage
 	wins      []holdWin
 	local     bool
+	lease     *lease // the lease that served the call, if one did
 	settled   atomic.Bool
 }
 
@@ -182,6 +183,10 @@ type Options struct {
 	Location *time.Location   // where a day and a month begin (nil: UTC)
 	OnError  string           // config.FailClosed (default) or config.FailOpen
 	Now      func() time.Time // nil: time.Now
+	// NoLeases makes every call reserve and settle on its own (two store
+	// round trips, each a script), never from a lease (see lease.go).
+	// Leases are only ever used with a store across the network.
+	NoLeases bool
 }
 
 // Limiter checks, reserves and settles calls against their task's and
@@ -205,6 +210,13 @@ type Limiter struct {
 	stop       chan struct{}
 	stopOnce   sync.Once
 	wg         sync.WaitGroup
+
+	leasing    bool // calls of busy scopes may be served from leases
+	scopeMu    sync.RWMutex
+	scopes     map[scopeKey]*leaseScope
+	sweepOnce  sync.Once
+	settleHook atomic.Pointer[SettleHook]
+	settling   atomic.Int64 // leases being settled in the background
 }
 
 // New returns a Limiter.
@@ -227,6 +239,8 @@ func New(opts Options) *Limiter {
 	if l.clock == nil {
 		l.clock = time.Now
 	}
+	l.scopes = map[scopeKey]*leaseScope{}
+	l.leasing = !opts.NoLeases && !l.InProcess()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	l.id = hex.EncodeToString(b[:])
@@ -278,6 +292,7 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 		now:        now.UnixMilli(),
 		leaseUntil: now.Add(lease).UnixMilli(),
 		holdID:     l.id + ":" + strconv.FormatUint(l.seq.Add(1), 36),
+		requests:   1,
 		tokens:     max(c.Estimate.Tokens(), 0),
 		money:      max(c.Estimate.Money, 0),
 		cph:        c.Task.MaxCallsPerHour > 0 && c.User != "",
@@ -295,22 +310,58 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 		err   error
 		local bool
 	)
+	leasable := l.leasable(&op)
+	if leasable {
+		d, handled, err := l.reserveLeased(ctx, &c, now, &pw, &op)
+		if handled {
+			return d, nil
+		}
+		if err != nil {
+			if derr := l.storeFailed(ctx, c.Task.Key, err); derr != nil {
+				return Decision{}, derr
+			}
+			rep, local, err = l.reserveLocal(ctx, &op)
+			if err != nil {
+				return Decision{}, fmt.Errorf("reserve %s: %w", c.Task.Key, err)
+			}
+			return l.decide(c, now, &pw, &op, &rep, local), nil
+		}
+	}
 	if l.degraded.Load() {
 		rep, local, err = l.reserveLocal(ctx, &op)
 	} else if rep, err = l.store.reserve(ctx, &op); err != nil {
-		if ctx.Err() != nil {
-			return Decision{}, fmt.Errorf("reserve %s: %w", c.Task.Key, err)
+		if derr := l.storeFailed(ctx, c.Task.Key, err); derr != nil {
+			return Decision{}, derr
 		}
-		if !l.failOpen {
-			return Decision{}, fmt.Errorf("reserve %s: %w: %w", c.Task.Key, ErrStoreUnavailable, err)
-		}
-		l.enterDegraded()
 		rep, local, err = l.reserveLocal(ctx, &op)
 	}
 	if err != nil {
 		return Decision{}, fmt.Errorf("reserve %s: %w", c.Task.Key, err)
 	}
+	if l.leasing && !local && rep.status == statusRefused && heldByLeases(&op, &rep) {
+		rep = l.waitForLeases(ctx, &op, rep)
+	}
+	if leasable && !local && rep.status != statusBlocked {
+		sc := l.scope(op.task, op.user)
+		sc.mu.Lock()
+		sc.noteRoom(&op, &rep, rep.status == statusOK)
+		sc.mu.Unlock()
+	}
 	return l.decide(c, now, &pw, &op, &rep, local), nil
+}
+
+// storeFailed handles a store error of Reserve: the error to return, or
+// nil when the call is to be served locally (fail_open; degraded mode
+// begins).
+func (l *Limiter) storeFailed(ctx context.Context, task string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("reserve %s: %w", task, err)
+	}
+	if !l.failOpen {
+		return fmt.Errorf("reserve %s: %w: %w", task, ErrStoreUnavailable, err)
+	}
+	l.enterDegraded()
+	return nil
 }
 
 func (l *Limiter) reserveLocal(ctx context.Context, op *reserveOp) (reserveReply, bool, error) {
@@ -444,110 +495,60 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 	}
 	now := l.now()
 	t := h.task
-	op := settleOp{
-		task:       t.Key,
-		user:       h.user,
-		holdID:     h.id,
-		now:        now.UnixMilli(),
-		resTokens:  h.tokens,
-		resMoney:   h.money,
-		actTokens:  max(o.Actual.Tokens(), 0),
-		actMoney:   max(o.Actual.Money, 0),
-		thresholds: t.Thresholds,
-		wins:       make([]settleWin, 0, len(h.wins)),
+	act := Usage{InputTokens: max(o.Actual.Tokens(), 0), Money: max(o.Actual.Money, 0)}
+	events, calls, other, err := l.encodeEvents(h, o.Events, now)
+	if err != nil {
+		return SettleResult{}, fmt.Errorf("settle %s: %w", t.Key, err)
 	}
-	winOf := make([]int, 0, len(h.wins)) // op.wins position → h.wins position
-	for i, w := range h.wins {
-		ttl := settleTTL(now, w.end)
-		if ttl == 0 {
-			continue
+	flag := o.Flagged && h.user != ""
+	var res SettleResult
+	if h.lease != nil && !flag {
+		res, err = l.settleLeased(ctx, h, act, events, calls)
+	} else {
+		op := settleOp{
+			task:        t.Key,
+			user:        h.user,
+			holdID:      h.id,
+			now:         now.UnixMilli(),
+			resRequests: 1,
+			actRequests: 1,
+			resTokens:   h.tokens,
+			resMoney:    h.money,
+			actTokens:   act.Tokens(),
+			actMoney:    act.Money,
+			thresholds:  t.Thresholds,
+			events:      events,
+			calls:       calls,
 		}
-		op.wins = append(op.wins, settleWin{idx: w.idx, stamp: w.stamp, ttl: ttl, limit: w.limit})
-		winOf = append(winOf, i)
-	}
-	if o.Flagged && h.user != "" {
-		day := l.windows.get(now, l.loc)[2]
-		op.flagKey = flagKey(h.user, day.stamp)
-		op.flagTTL = settleTTL(now, day.end)
-	}
-	var other []Event
-	if len(o.Events) > 0 {
-		// One buffer for every event of this task; op.events and op.calls
-		// are slices of it.
-		var ends [8]int
-		var isCall [8]bool
-		calls := isCall[:0]
-		cut := ends[:0]
-		buf := make([]byte, 0, 640*len(o.Events))
-		for _, ev := range o.Events {
-			ev = l.fillEvent(ev, now)
-			if ev.Task == "" {
-				ev.Task = t.Key
+		var winOf []int
+		if h.lease == nil {
+			winOf = holdWins(h, now, &op)
+		} else {
+			// A flagged call served from a lease: its usage goes to the
+			// lease; its flag (which may block the user) and its events
+			// are counted now, by a settle of no hold and no window.
+			if res, err = l.settleLeased(ctx, h, act, nil, nil); err != nil {
+				return res, fmt.Errorf("settle %s: %w", t.Key, err)
 			}
-			if ev.RequestID == "" {
-				ev.RequestID = h.requestID
-			}
-			if ev.Task != t.Key {
-				other = append(other, ev)
-				continue
-			}
-			var err error
-			if buf, err = appendEvent(buf, &ev); err != nil {
-				return SettleResult{}, fmt.Errorf("settle %s: encode event: %w", t.Key, err)
-			}
-			cut = append(cut, len(buf))
-			calls = append(calls, logOf(ev.Kind) == logCalls)
+			op.holdID = ""
 		}
-		start := 0
-		for i, end := range cut {
-			if calls[i] {
-				op.calls = append(op.calls, buf[start:end:end])
-			} else {
-				op.events = append(op.events, buf[start:end:end])
-			}
-			start = end
+		if flag {
+			day := l.windows.get(now, l.loc)[2]
+			op.flagKey = flagKey(h.user, day.stamp)
+			op.flagTTL = settleTTL(now, day.end)
 		}
-	}
-
-	var (
-		rep settleReply
-		err error
-	)
-	switch {
-	case h.local:
-		rep, err = l.local.settle(ctx, &op)
-		if err == nil {
-			l.addPending(t.Key, op.deltas(), op.pendingEvents())
-		}
-	case l.degraded.Load():
-		l.addPending(t.Key, op.deltas(), op.pendingEvents())
-	default:
-		rep, err = l.store.settle(ctx, &op)
-		if err != nil && l.failOpen && ctx.Err() == nil {
-			l.enterDegraded()
-			l.addPending(t.Key, op.deltas(), op.pendingEvents())
-			rep, err = settleReply{}, nil
-		}
+		var more SettleResult
+		more, err = l.settleStore(ctx, h, &op, winOf)
+		res.Crossings = append(res.Crossings, more.Crossings...)
+		res.FlagsToday = more.FlagsToday
 	}
 	if err != nil {
 		return SettleResult{}, fmt.Errorf("settle %s: %w", t.Key, err)
 	}
-	var res SettleResult
-	for _, c := range rep.crossings {
-		w := h.wins[winOf[c.win]]
-		cr := Crossing{
-			Task: t.Key, Scope: winScope(w.idx), Unit: winUnitName(w.idx), Period: winPeriodName(w.idx),
-			Threshold: op.thresholds[c.threshold], Used: c.used, Limit: w.limit, WindowEnd: w.end,
-		}
-		if winIsUser(w.idx) {
-			cr.User = h.user
-		}
-		res.Crossings = append(res.Crossings, cr)
+	if !o.Flagged {
+		res.FlagsToday = 0
 	}
-	if o.Flagged {
-		res.FlagsToday = rep.flags
-	}
-	if o.Flagged && t.AutoBlockThreshold > 0 && rep.flags == int64(t.AutoBlockThreshold) {
+	if o.Flagged && t.AutoBlockThreshold > 0 && res.FlagsToday == int64(t.AutoBlockThreshold) {
 		group := t.BlockGroup
 		if group == "" {
 			group = t.Key
@@ -555,12 +556,12 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 		b := Block{
 			User:    h.user,
 			Group:   group,
-			Reason:  fmt.Sprintf("auto-blocked: %d off-purpose requests today in task %s", rep.flags, t.Key),
+			Reason:  fmt.Sprintf("auto-blocked: %d off-purpose requests today in task %s", res.FlagsToday, t.Key),
 			Created: now.UTC(),
 		}
 		ev, _ := appendEvent(nil, &Event{
 			Time: now.UTC(), Kind: "block", Task: t.Key, User: h.user, RequestID: h.requestID,
-			Detail: map[string]any{"group": group, "reason": b.Reason, "auto": true, "flags": rep.flags},
+			Detail: map[string]any{"group": group, "reason": b.Reason, "auto": true, "flags": res.FlagsToday},
 		})
 		st := l.store
 		if h.local || l.degraded.Load() {
@@ -575,6 +576,107 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 		if err := l.AddEvents(ctx, other...); err != nil {
 			return res, fmt.Errorf("settle %s: %w", t.Key, err)
 		}
+	}
+	return res, nil
+}
+
+// encodeEvents encodes the events of a settlement: those of the hold's
+// task as JSON for its two logs (events and calls, slices of one buffer),
+// and those of other tasks left as they are.
+func (l *Limiter) encodeEvents(h *Hold, evs []Event, now time.Time) (events, calls [][]byte, other []Event, err error) {
+	if len(evs) == 0 {
+		return nil, nil, nil, nil
+	}
+	t := h.task
+	var ends [8]int
+	var isCall [8]bool
+	kinds := isCall[:0]
+	cut := ends[:0]
+	buf := make([]byte, 0, 640*len(evs))
+	for _, ev := range evs {
+		ev = l.fillEvent(ev, now)
+		if ev.Task == "" {
+			ev.Task = t.Key
+		}
+		if ev.RequestID == "" {
+			ev.RequestID = h.requestID
+		}
+		if ev.Task != t.Key {
+			other = append(other, ev)
+			continue
+		}
+		if buf, err = appendEvent(buf, &ev); err != nil {
+			return nil, nil, nil, fmt.Errorf("encode event: %w", err)
+		}
+		cut = append(cut, len(buf))
+		kinds = append(kinds, logOf(ev.Kind) == logCalls)
+	}
+	start := 0
+	for i, end := range cut {
+		if kinds[i] {
+			calls = append(calls, buf[start:end:end])
+		} else {
+			events = append(events, buf[start:end:end])
+		}
+		start = end
+	}
+	return events, calls, other, nil
+}
+
+// holdWins fills op.wins with the hold's windows whose keys still live and
+// returns, for each, its position in h.wins.
+func holdWins(h *Hold, now time.Time, op *settleOp) []int {
+	op.wins = make([]settleWin, 0, len(h.wins))
+	winOf := make([]int, 0, len(h.wins))
+	for i, w := range h.wins {
+		ttl := settleTTL(now, w.end)
+		if ttl == 0 {
+			continue
+		}
+		op.wins = append(op.wins, settleWin{idx: w.idx, stamp: w.stamp, ttl: ttl, limit: w.limit})
+		winOf = append(winOf, i)
+	}
+	return winOf
+}
+
+// settleStore runs a settleOp for hold h: in the store, or locally while
+// degraded (the usage then waits to be added into the store). winOf maps
+// op.wins back to h.wins, for the crossings.
+func (l *Limiter) settleStore(ctx context.Context, h *Hold, op *settleOp, winOf []int) (SettleResult, error) {
+	var (
+		rep settleReply
+		err error
+	)
+	switch {
+	case h.local:
+		rep, err = l.local.settle(ctx, op)
+		if err == nil {
+			l.addPending(op.task, op.deltas(), op.pendingEvents())
+		}
+	case l.degraded.Load():
+		l.addPending(op.task, op.deltas(), op.pendingEvents())
+	default:
+		rep, err = l.store.settle(ctx, op)
+		if err != nil && l.failOpen && ctx.Err() == nil {
+			l.enterDegraded()
+			l.addPending(op.task, op.deltas(), op.pendingEvents())
+			rep, err = settleReply{}, nil
+		}
+	}
+	if err != nil {
+		return SettleResult{}, err
+	}
+	res := SettleResult{FlagsToday: rep.flags}
+	for _, c := range rep.crossings {
+		w := h.wins[winOf[c.win]]
+		cr := Crossing{
+			Task: h.task.Key, Scope: winScope(w.idx), Unit: winUnitName(w.idx), Period: winPeriodName(w.idx),
+			Threshold: op.thresholds[c.threshold], Used: c.used, Limit: w.limit, WindowEnd: w.end,
+		}
+		if winIsUser(w.idx) {
+			cr.User = h.user
+		}
+		res.Crossings = append(res.Crossings, cr)
 	}
 	return res, nil
 }
@@ -613,6 +715,9 @@ type WindowUsage struct {
 // override) with its counts now; user windows only when user != "".
 // Expired holds of the task are released first.
 func (l *Limiter) Usage(ctx context.Context, t *tasks.Task, user string) ([]WindowUsage, error) {
+	// Leases of this replica end first, so that what their calls used so
+	// far shows as used (other replicas' leases show as reserved).
+	l.endLeases(t.Key, true)
 	now := l.now()
 	pw := l.windows.get(now, l.loc)
 	op := reserveOp{task: t.Key, user: user, userLimits: t.UserLimits, peek: true,
@@ -833,6 +938,8 @@ func (l *Limiter) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	}
 	var out []Event
 	for _, task := range ts {
+		// Events of this replica's leases wait for the lease's end: end them.
+		l.endLeases(task, true)
 		var raw [][]byte
 		for _, log := range logs {
 			r, err := l.store.events(ctx, task, log)
@@ -884,5 +991,6 @@ func (l *Limiter) Close() error {
 	l.mu.Unlock()
 	l.stopOnce.Do(func() { close(l.stop) })
 	l.wg.Wait()
+	l.closeLeases()
 	return l.store.Close()
 }

@@ -18,6 +18,7 @@ type memoryStore struct {
 	leases   map[string]map[string]int64 // base → hold id → lease end
 	nextReap map[string]int64            // base → no lease ends before this
 	ovs      map[string]map[int]int64
+	ovVer    map[string]int64 // task → changes to its overrides
 	blocksM  map[string]storedBlock
 	eventsM  map[string][][]byte // task + "\x00" + log → events, oldest first
 	flags    map[string]*memCounter
@@ -47,6 +48,7 @@ func newMemoryStore() *memoryStore {
 		leases:   map[string]map[string]int64{},
 		nextReap: map[string]int64{},
 		ovs:      map[string]map[int]int64{},
+		ovVer:    map[string]int64{},
 		blocksM:  map[string]storedBlock{},
 		eventsM:  map[string][][]byte{},
 		flags:    map[string]*memCounter{},
@@ -326,6 +328,7 @@ func (s *memoryStore) setOverrides(_ context.Context, task string, vals map[int]
 	for k, v := range vals {
 		m[k] = v
 	}
+	s.ovVer[task]++
 	return nil
 }
 
@@ -333,7 +336,23 @@ func (s *memoryStore) clearOverrides(_ context.Context, task string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.ovs, task)
+	s.ovVer[task]++
 	return nil
+}
+
+func (s *memoryStore) check(_ context.Context, op *checkOp) (checkReply, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rep := checkReply{version: s.ovVer[op.task]}
+	if op.user != "" {
+		for _, f := range [2]string{blockField(op.group, op.user), blockField("*", op.user)} {
+			if b, ok := s.blocksM[f]; ok && (b.exp == 0 || b.exp > op.now) {
+				rep.block = b.json
+				break
+			}
+		}
+	}
+	return rep, nil
 }
 
 func (s *memoryStore) putBlock(_ context.Context, b Block, evTask string, ev []byte) error {

@@ -239,14 +239,17 @@ func (s *RedisStore) reserve(ctx context.Context, op *reserveOp) (reserveReply, 
 			}
 		}
 	}
-	c := newScriptCmd(reserveScript, 22+2*len(op.limits))
+	c := newScriptCmd(reserveScript, 23+2*len(op.limits))
 	c.key(base + "ov")
 	if blocksInScript {
 		c.key(s.blocksKey())
 	}
 	mode := "r"
-	if op.peek {
+	switch {
+	case op.peek:
 		mode = "p"
+	case op.lease:
+		mode = "l"
 	}
 	c.str(base)
 	c.str(op.user)
@@ -265,6 +268,7 @@ func (s *RedisStore) reserve(ctx context.Context, op *reserveOp) (reserveReply, 
 	for _, t := range op.ttls {
 		c.num(t)
 	}
+	c.num(op.requests)
 	c.num(int64(len(op.limits)))
 	for _, l := range op.limits {
 		c.num(int64(l.idx + 1))
@@ -295,11 +299,11 @@ func parseReserveReply(res []any) (reserveReply, error) {
 	}
 	rep.calls, _ = res[1].(int64)
 	rest := res[2:]
-	if len(rest)%5 != 0 {
+	if len(rest)%6 != 0 {
 		return rep, fmt.Errorf("reserve script: reply of %d values", len(res))
 	}
-	rep.windows = make([]winState, 0, len(rest)/5)
-	for i := 0; i < len(rest); i += 5 {
+	rep.windows = make([]winState, 0, len(rest)/6)
+	for i := 0; i < len(rest); i += 6 {
 		idx, _ := rest[i].(int64)
 		if idx < 1 || idx > nWindows {
 			return rep, fmt.Errorf("reserve script: window index %d", idx)
@@ -310,6 +314,7 @@ func parseReserveReply(res []any) (reserveReply, error) {
 		w.reserved, _ = rest[i+3].(int64)
 		o, _ := rest[i+4].(int64)
 		w.override = o == 1
+		w.leased, _ = rest[i+5].(int64)
 		rep.windows = append(rep.windows, w)
 	}
 	return rep, nil
@@ -317,7 +322,7 @@ func parseReserveReply(res []any) (reserveReply, error) {
 
 func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, error) {
 	base := s.base(op.task)
-	c := newScriptCmd(settleScript, 16+4*len(op.wins)+len(op.thresholds)+len(op.events)+len(op.calls))
+	c := newScriptCmd(settleScript, 19+4*len(op.wins)+len(op.thresholds)+len(op.events)+len(op.calls))
 	c.key(base + "holds")
 	c.str(base)
 	c.str(op.user)
@@ -334,6 +339,9 @@ func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, err
 	c.num(eventCap)
 	c.num(eventTrimAt)
 	c.num(int64(len(op.calls)))
+	c.num(op.resRequests)
+	c.num(op.actRequests)
+	c.bool(op.lease)
 	for _, w := range op.wins {
 		c.num(int64(w.idx + 1))
 		c.str(w.stamp)
@@ -403,14 +411,53 @@ func (s *RedisStore) setOverrides(ctx context.Context, task string, vals map[int
 	if err := s.c.HSet(ctx, s.base(task)+"ov", args...).Err(); err != nil {
 		return fmt.Errorf("set overrides of %s: %w", task, err)
 	}
-	return nil
+	return s.bumpVersion(ctx, task)
 }
 
 func (s *RedisStore) clearOverrides(ctx context.Context, task string) error {
 	if err := s.c.Del(ctx, s.base(task)+"ov").Err(); err != nil {
 		return fmt.Errorf("clear overrides of %s: %w", task, err)
 	}
+	return s.bumpVersion(ctx, task)
+}
+
+// bumpVersion counts a change to a task's overrides, after the change is
+// written (the two keys may live on different Cluster nodes), so that a
+// replica that reads the new version reads the new overrides too and its
+// leases granted under the old ones stop admitting calls.
+func (s *RedisStore) bumpVersion(ctx context.Context, task string) error {
+	if err := s.c.HIncrBy(ctx, s.blocksKey(), versionField(task), 1).Err(); err != nil {
+		return fmt.Errorf("count the change to the overrides of %s: %w", task, err)
+	}
 	return nil
+}
+
+// check reads, in one command, the blocks of op's user and the version of
+// its task's overrides.
+func (s *RedisStore) check(ctx context.Context, op *checkOp) (checkReply, error) {
+	fields := [3]string{versionField(op.task)}
+	n := 1
+	if op.user != "" {
+		fields[1], fields[2] = blockField(op.group, op.user), blockField("*", op.user)
+		n = 3
+	}
+	vals, err := s.c.HMGet(ctx, s.blocksKey(), fields[:n]...).Result()
+	if err != nil {
+		return checkReply{}, fmt.Errorf("read blocks: %w", err)
+	}
+	var rep checkReply
+	if v, ok := vals[0].(string); ok {
+		rep.version, _ = strconv.ParseInt(v, 10, 64)
+	}
+	for _, v := range vals[1:] {
+		if str, ok := v.(string); ok {
+			if b, ok := parseBlockValue(str); ok && (b.exp == 0 || b.exp > op.now) {
+				rep.block = b.json
+				break
+			}
+		}
+	}
+	return rep, nil
 }
 
 func (s *RedisStore) putBlock(ctx context.Context, b Block, evTask string, ev []byte) error {

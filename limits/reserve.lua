@@ -13,23 +13,28 @@
 -- ARGV[8]  money         estimate, micro-dollars
 -- ARGV[9]  block field   '<group>\0<user>'
 -- ARGV[10] '1': keep the sliding-hour call count of (task, user)
--- ARGV[11] mode          'r' reserve, 'p' peek (reap and report; no block check, no reservation)
+-- ARGV[11] mode          'r' reserve, 'l' reserve a lease (also counted in each window's l),
+--                        'p' peek (reap and report; no block check, no reservation)
 -- ARGV[12..15] window start stamps: minute, hour, day, month
 -- ARGV[16..19] key TTLs in ms:      minute, hour, day, month
--- ARGV[20] n, then n pairs (window index 1..24, config limit)
+-- ARGV[20] requests      1 for a call; a lease reserves more
+-- ARGV[21] n, then n pairs (window index 1..24, config limit)
 --
--- A window's key is a hash {u: settled, t: settled + reserved}.
+-- A window's key is a hash {u: settled, t: settled + reserved, l: reserved
+-- by leases (part of t)}.
 --
 -- Returns {1, block-json} when the user is blocked; otherwise
--- {status, calls, idx, limit, used, reserved, override, ...} for every window
--- that has a limit, in canonical order, as they were before this call;
--- status 0 = reserved, 2 = refused (nothing written). When reserving, used
--- is settled + reserved and reserved is 0 (only their sum is needed): each
--- window then costs one HINCRBY of t, whose result is the check, and a
--- refusal takes those increments back.
+-- {status, calls, idx, limit, used, reserved, override, leased, ...} for
+-- every window that has a limit, in canonical order, as they were before
+-- this call; status 0 = reserved, 2 = refused (nothing written). When
+-- reserving, used is settled + reserved and reserved is 0 (only their sum is
+-- needed): each window then costs one HINCRBY of t, whose result is the
+-- check, and a refusal takes those increments back. leased is read only on
+-- a refusal (0 otherwise).
 local base, user = ARGV[1], ARGV[2]
 local now = tonumber(ARGV[4])
 local peek = ARGV[11] == 'p'
+local leasing = ARGV[11] == 'l'
 
 reap(base, now, 50)
 
@@ -50,10 +55,10 @@ if not peek and KEYS[2] and user ~= '' then
 end
 
 local lim, src = {}, {}
-local n = tonumber(ARGV[20])
+local n = tonumber(ARGV[21])
 for i = 1, n do
-  local idx = tonumber(ARGV[19 + 2 * i])
-  lim[idx] = tonumber(ARGV[20 + 2 * i])
+  local idx = tonumber(ARGV[20 + 2 * i])
+  lim[idx] = tonumber(ARGV[21 + 2 * i])
   src[idx] = 0
 end
 local userOn = ARGV[3] == '1'
@@ -67,10 +72,11 @@ for i = 1, #ov, 2 do
   end
 end
 
-local amt = {'1', ARGV[7], ARGV[8]}
+local amt = {ARGV[20], ARGV[7], ARGV[8]}
 local out = {0, 0}
 local fail = false
 local done = {} -- keys incremented, with their amounts: taken back on a refusal
+local keys = {} -- every reported window's key, in order
 for idx = 1, 24 do
   local l = lim[idx]
   if l and (idx <= 12 or user ~= '') then
@@ -97,7 +103,8 @@ for idx = 1, 24 do
       if after > l then fail = true end
     end
     local o = #out
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = idx, l, used, res, src[idx]
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = idx, l, used, res, src[idx], 0
+    keys[#keys + 1] = k
   end
 end
 if peek then return out end
@@ -105,8 +112,17 @@ if fail then
   for _, d in ipairs(done) do
     redis.call('HINCRBY', d[1], 't', '-' .. d[2])
   end
+  -- What leases hold: the caller may wait for them to end.
+  for j, k in ipairs(keys) do
+    out[2 + 6 * j] = tonumber(redis.call('HGET', k, 'l')) or 0
+  end
   out[1] = 2
   return out
+end
+if leasing then
+  for _, d in ipairs(done) do
+    redis.call('HINCRBY', d[1], 'l', d[2])
+  end
 end
 
 local rec = {}

@@ -11,6 +11,8 @@
 -- ARGV[11] flag key suffix ('' : no flag)             ARGV[12] flag key TTL ms
 -- ARGV[13] event log cap     ARGV[14] trim the log once it is longer than this
 -- ARGV[15] c: call journal entries
+-- ARGV[16] reserved requests ARGV[17] actual requests (1 and 1 for a call)
+-- ARGV[18] '1': the hold is a lease (its amounts leave each window's l too)
 -- then w × (window index, stamp, TTL ms, limit), t thresholds, e event JSONs
 -- (for <base>events) and c call JSONs (for <base>calls).
 --
@@ -18,7 +20,7 @@
 -- already released (its lease ran out and it was reaped) is not subtracted
 -- again: only the actual usage is added. Values the commands return are
 -- used instead of reading again (before and after come from HINCRBY of u),
--- t is not touched when the actual usage equals the reservation (a request),
+-- t is not touched when the actual usage equals the reservation (a call's request),
 -- and a TTL is set only on a key this call creates.
 -- Returns {found, flags, (window position, threshold position, used)...}.
 local base, user, id = ARGV[1], ARGV[2], ARGV[3]
@@ -27,13 +29,14 @@ if id ~= '' and redis.call('HDEL', KEYS[1], id) == 1 then
   found = 1
   redis.call('ZREM', base .. 'leases', id)
 end
-local res = {'1', ARGV[4], ARGV[5]}
-local act = {'1', ARGV[6], ARGV[7]}
+local res = {ARGV[16], ARGV[4], ARGV[5]}
+local act = {ARGV[17], ARGV[6], ARGV[7]}
 local nw, nt, ne = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local th0 = 15 + 4 * nw
+local th0 = 18 + 4 * nw
+local lease = ARGV[18] == '1'
 local out = {found, 0}
 for i = 1, nw do
-  local a = 15 + 4 * (i - 1)
+  local a = 18 + 4 * (i - 1)
   local idx = tonumber(ARGV[a + 1])
   local ttl = ARGV[a + 3]
   local limit = tonumber(ARGV[a + 4])
@@ -44,6 +47,9 @@ for i = 1, nw do
   local ra = 0
   if found == 1 then ra = tonumber(res[u]) end
   local aa = tonumber(act[u])
+  if lease and ra ~= 0 and redis.call('EXISTS', k) == 1 then
+    redis.call('HINCRBY', k, 'l', -ra)
+  end
   local before, after = 0, 0
   if aa ~= 0 then
     after = redis.call('HINCRBY', k, 'u', act[u])

@@ -21,6 +21,7 @@ type Store interface {
 	Close() error
 
 	reserve(ctx context.Context, op *reserveOp) (reserveReply, error)
+	check(ctx context.Context, op *checkOp) (checkReply, error)
 	settle(ctx context.Context, op *settleOp) (settleReply, error)
 	overrides(ctx context.Context, task string) (map[int]int64, error)
 	setOverrides(ctx context.Context, task string, vals map[int]int64) error
@@ -128,6 +129,25 @@ func windowKey(base, user string, idx int, stamp string) string {
 // blockField is a block's field in the blocks hash: group NUL user.
 func blockField(group, user string) string { return group + "\x00" + user }
 
+// versionField is the field of the blocks hash that counts the changes to
+// a task's overrides (NUL first: no block's group is empty), so that one
+// read of that hash tells a leased call both whether its user is blocked
+// and whether the limits its lease was granted under still hold.
+func versionField(task string) string { return "\x00ov:" + task }
+
+// checkOp is the per-call check of a call served from a lease: the blocks
+// of its user (when there is one) and its task's overrides version.
+type checkOp struct {
+	task, user, group string
+	now               int64 // unix ms
+}
+
+// checkReply is a store's answer to a checkOp.
+type checkReply struct {
+	block   []byte // the block's JSON when the user is blocked
+	version int64  // changes to the task's overrides so far
+}
+
 // storedBlock is a block as kept: its expiry in unix ms (0: never) and JSON.
 type storedBlock struct {
 	exp  int64
@@ -156,6 +176,8 @@ type reserveOp struct {
 	now        int64  // unix ms
 	leaseUntil int64  // unix ms
 	holdID     string
+	requests   int64 // 1 for a call; a lease reserves more
+	lease      bool  // the reservation is a lease (counted in each window's leased amount)
 	tokens     int64
 	money      int64
 	cph        bool // keep the sliding-hour call count
@@ -168,7 +190,7 @@ type reserveOp struct {
 func (op *reserveOp) amount(u int) int64 {
 	switch u {
 	case unitRequests:
-		return 1
+		return op.requests
 	case unitTokens:
 		return op.tokens
 	}
@@ -179,6 +201,7 @@ func (op *reserveOp) amount(u int) int64 {
 type winState struct {
 	idx                   int
 	limit, used, reserved int64
+	leased                int64 // reserved by leases; read only on a refusal
 	override              bool
 }
 
@@ -209,16 +232,21 @@ type settleOp struct {
 	task, user string
 	holdID     string
 	now        int64
-	resTokens  int64
-	resMoney   int64
-	actTokens  int64
-	actMoney   int64
-	wins       []settleWin
-	thresholds []float64
-	flagKey    string // "" : no flag; else the key below base
-	flagTTL    int64
-	events     [][]byte // for logSignals
-	calls      [][]byte // for logCalls
+	// resRequests and actRequests are the requests reserved and made: 1
+	// and 1 for a call; a lease settles many calls at once.
+	resRequests int64
+	actRequests int64
+	lease       bool // the hold is a lease
+	resTokens   int64
+	resMoney    int64
+	actTokens   int64
+	actMoney    int64
+	wins        []settleWin
+	thresholds  []float64
+	flagKey     string // "" : no flag; else the key below base
+	flagTTL     int64
+	events      [][]byte // for logSignals
+	calls       [][]byte // for logCalls
 }
 
 // pendingEvents is every event of the settlement, for counts kept while
@@ -233,7 +261,7 @@ func (op *settleOp) pendingEvents() [][]byte {
 func (op *settleOp) reserved(u int) int64 {
 	switch u {
 	case unitRequests:
-		return 1
+		return op.resRequests
 	case unitTokens:
 		return op.resTokens
 	}
@@ -243,7 +271,7 @@ func (op *settleOp) reserved(u int) int64 {
 func (op *settleOp) actual(u int) int64 {
 	switch u {
 	case unitRequests:
-		return 1
+		return op.actRequests
 	case unitTokens:
 		return op.actTokens
 	}

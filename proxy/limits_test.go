@@ -403,6 +403,95 @@ func TestRoundTripsPerCall(t *testing.T) {
 	}
 }
 
+// TestBusyUserAccountingThroughLeases: many concurrent calls of one user,
+// plain and streamed, through the SDK on a Redis store; the busy user is
+// served from leases (fewer than two round trips a call) and the counts
+// and the call journal in the store still equal what the upstream reported.
+func TestBusyUserAccountingThroughLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEnv(t, limitedConfig, envOptions{redisURL: srv.URL()})
+	rs := e.store.(*limits.RedisStore)
+	// A transport of its own, whose idle connections close before the
+	// gateway shuts down (which waits for open connections).
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := e.sdk(testKey, option.WithHTTPClient(&http.Client{Transport: tr}))
+	user := option.WithHeader("X-Taskgate-User", "busy")
+	const workers, each = 16, 15
+	scripts0 := scriptsRun(t, rs)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			ctx := context.Background()
+			for i := 0; i < each; i++ {
+				if (w+i)%3 == 0 {
+					s := client.Chat.Completions.NewStreaming(ctx, chatParams("app.accounting", "stream "+strconv.Itoa(i)), user)
+					for s.Next() {
+					}
+					if err := s.Err(); err != nil {
+						t.Error(err)
+					}
+					continue
+				}
+				if _, err := client.Chat.Completions.New(ctx, chatParams("app.accounting", "plain "+strconv.Itoa(i)), user); err != nil {
+					t.Error(err)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	e.settleAll()
+	calls := int64(workers * each)
+	var u usageJSON
+	if st := e.admin("GET", "/admin/usage?task=app.accounting&user=busy", "", &u); st != 200 {
+		t.Fatalf("usage: %d", st)
+	}
+	// Without leases each call runs two scripts (reserve, settle).
+	if scripts := scriptsRun(t, rs) - scripts0; scripts > calls/2 {
+		t.Errorf("%d scripts run for %d calls: too few calls were served from leases", scripts, calls)
+	}
+	total := e.up.UsageTotal()
+	for _, w := range []struct{ scope, unit, want string }{
+		{"task", "tokens", strconv.FormatInt(total.PromptTokens+total.CompletionTokens, 10)},
+		{"user", "tokens", strconv.FormatInt(total.PromptTokens+total.CompletionTokens, 10)},
+		{"task", "requests", strconv.FormatInt(calls, 10)},
+	} {
+		used, reserved, _ := u.window(w.scope, w.unit, "day")
+		if used != w.want || (reserved != "0" && reserved != "0.000000") {
+			t.Errorf("%s %s: used %s reserved %s, want %s and none reserved", w.scope, w.unit, used, reserved, w.want)
+		}
+	}
+	var evs struct {
+		Events []limits.Event `json:"events"`
+	}
+	e.admin("GET", "/admin/events?task=app.accounting&kind=call&limit=1000", "", &evs)
+	if int64(len(evs.Events)) != calls {
+		t.Errorf("%d call events in the store, want %d", len(evs.Events), calls)
+	}
+}
+
+// scriptsRun is how many scripts (EVALSHA and EVAL) the Redis server has run.
+func scriptsRun(t *testing.T, rs *limits.RedisStore) int64 {
+	t.Helper()
+	info, err := rs.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				v, _, _ := strings.Cut(rest, ",")
+				c, _ := strconv.ParseInt(v, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
 func TestOverridesThroughAdmin(t *testing.T) {
 	e := newEnv(t, limitedConfig, envOptions{redisURL: redistest.URL(t)})
 	if st := e.admin("PUT", "/admin/limits/app.limited", `{"task":{"requests":{"day":1}}}`, nil); st != 200 {

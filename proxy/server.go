@@ -36,6 +36,7 @@ type Limiter interface {
 	Ping(ctx context.Context) error
 	Degraded() bool
 	InProcess() bool
+	SetSettleHook(h limits.SettleHook)
 }
 
 var _ Limiter = (*limits.Limiter)(nil)
@@ -115,6 +116,16 @@ func New(o Options) (*Server, error) {
 	if err := s.Swap(o.Registry); err != nil {
 		return nil, err
 	}
+	// Settlements the Limiter runs on its own (a lease that ended with no
+	// call in flight) are signalled like the calls' own.
+	s.lim.SetSettleHook(func(t *tasks.Task, user string, res limits.SettleResult, err error) {
+		if err != nil {
+			s.m.StoreErrors.WithLabelValues("settle").Inc()
+			s.log.Error("settle failed", "task", t.Key, "err", err)
+			return
+		}
+		s.signalSettlement(t.Key, user, t.Watchers, res)
+	})
 	return s, nil
 }
 

@@ -149,7 +149,7 @@ func start(cfg *config.Config, log *slog.Logger, journal io.Writer) (*gateway, e
 		}
 		store = rs
 	}
-	g.lim = limits.New(limits.Options{Store: store, Location: cfg.Location, OnError: cfg.Store.OnError})
+	g.lim = limits.New(limits.Options{Store: store, Location: cfg.Location, OnError: cfg.Store.OnError, NoLeases: !cfg.Store.Leases})
 	g.notifier = guard.NewNotifier(guard.NotifierOptions{
 		Logger:   log,
 		OnResult: func(result string) { g.metrics.WatcherDeliveries.WithLabelValues(result).Inc() },

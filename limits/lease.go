@@ -1,0 +1,589 @@
+package limits
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"taskgate/tasks"
+)
+
+// Leases. With a store across the network, a replica that serves a steady
+// stream of calls for one (task, user) reserves a share of the headroom of
+// every window that applies in one reserve script (a lease: an ordinary hold
+// of n requests and n times the call's tokens and money) and admits the
+// calls that fit in it locally. A call served from a lease still makes one
+// round trip, but a plain read with no script: the user's blocks and the
+// task's overrides version (checkOp), so a block or an override made on any
+// replica applies to the very next call, as without leases. The calls'
+// actual usage and events are settled together when the lease ends, in one
+// settle script. Leases are granted only far from every limit (a lease takes
+// at most 1/leaseShare of any window's headroom), so no limit is ever passed
+// and one replica's unused lease can hold back another's calls only in a
+// burst that spends 31/32 of a window's headroom within one lease's life.
+const (
+	leaseLife  = 250 * time.Millisecond // how long a lease admits calls
+	leaseMin   = 4                      // fewest calls worth a lease
+	leaseMax   = 512                    // most calls in one lease
+	leaseShare = 32                     // a lease takes at most 1/leaseShare of a window's headroom
+	leaseBatch = 1024                   // events a lease keeps before it ends early
+	hotCalls   = 8                      // calls in hotSpan (and the span before) that make a scope busy
+	hotSpan    = 100 * time.Millisecond
+	scopeIdle  = 30 * time.Second      // a scope with no call for this long is forgotten
+	sweepEvery = 50 * time.Millisecond // how often ended leases are looked for
+)
+
+// unlimited is the headroom of a unit no window limits.
+const unlimited = int64(1) << 62
+
+// scopeKey names the calls one lease may serve.
+type scopeKey struct{ task, user string }
+
+// leaseScope is what a Limiter knows of one (task, user): how busy it is,
+// the headroom last seen, and its current lease. Guarded by mu.
+type leaseScope struct {
+	mu        sync.Mutex
+	spanStart time.Time
+	spanCalls int
+	prevCalls int
+	lastCall  time.Time
+	room      [3]int64      // headroom per unit after the last reply (unlimited: no window)
+	roomKnown bool          // room was seen
+	granting  chan struct{} // closed when the call granting a lease is done; nil: none is
+	cur       *lease        // the lease admitting calls, or nil
+	ended     []*lease      // leases that stopped admitting, still with calls in flight
+}
+
+// lease is a hold of many calls' worth, admitting calls until it ends.
+type lease struct {
+	sc      *leaseScope
+	hold    *Hold  // the store's hold of the lease's amounts
+	version int64  // the task's overrides version when granted
+	minute  string // the minute window it was granted in: it admits no call of another
+	until   time.Time
+	base    []winState // the windows before the lease was taken
+	// amounts reserved, and used: estimates of calls in flight plus actual
+	// usage of calls settled.
+	reqs, tokens, money             int64
+	usedReqs, usedTokens, usedMoney int64
+	inflight                        int
+	ended, done                     bool
+	events, calls                   [][]byte
+}
+
+// fits reports whether a call of op's estimate fits in what is left.
+func (ls *lease) fits(op *reserveOp) bool {
+	return ls.usedReqs+1 <= ls.reqs && ls.usedTokens+op.tokens <= ls.tokens && ls.usedMoney+op.money <= ls.money
+}
+
+// scope returns the scope of (task, user), made on first use.
+func (l *Limiter) scope(task, user string) *leaseScope {
+	k := scopeKey{task, user}
+	l.scopeMu.RLock()
+	sc := l.scopes[k]
+	l.scopeMu.RUnlock()
+	if sc != nil {
+		return sc
+	}
+	l.scopeMu.Lock()
+	defer l.scopeMu.Unlock()
+	if sc = l.scopes[k]; sc == nil {
+		sc = &leaseScope{}
+		l.scopes[k] = sc
+	}
+	return sc
+}
+
+// leasable reports whether c may be served from leases.
+func (l *Limiter) leasable(op *reserveOp) bool {
+	return l.leasing && !op.cph && !l.degraded.Load()
+}
+
+// endLocked stops ls admitting calls (sc.mu held). It reports whether ls
+// has no call in flight, so that the caller must settle it (outside the
+// lock).
+func (sc *leaseScope) endLocked(ls *lease) bool {
+	if ls.ended {
+		return false
+	}
+	ls.ended = true
+	if sc.cur == ls {
+		sc.cur = nil
+	}
+	if ls.inflight > 0 {
+		sc.ended = append(sc.ended, ls)
+		return false
+	}
+	ls.done = true
+	return true
+}
+
+// noteCall counts a call of the scope and reports whether the scope is hot.
+func (sc *leaseScope) noteCall(now time.Time) bool {
+	if d := now.Sub(sc.spanStart); d >= hotSpan {
+		if d < 2*hotSpan {
+			sc.prevCalls = sc.spanCalls
+		} else {
+			sc.prevCalls = 0
+		}
+		sc.spanStart, sc.spanCalls = now, 0
+	}
+	sc.spanCalls++
+	sc.lastCall = now
+	return sc.spanCalls+sc.prevCalls >= hotCalls
+}
+
+// noteRoom remembers the headroom a reserve reply shows after op (sc.mu held).
+func (sc *leaseScope) noteRoom(op *reserveOp, rep *reserveReply, counted bool) {
+	sc.room = [3]int64{unlimited, unlimited, unlimited}
+	for _, w := range rep.windows {
+		u := winUnit(w.idx)
+		r := w.limit - w.used - w.reserved
+		if counted {
+			r -= op.amount(u)
+		}
+		sc.room[u] = min(sc.room[u], r)
+	}
+	sc.roomKnown = true
+}
+
+// leaseSize is how many calls like op the next lease should hold: about
+// twice what the scope's recent rate brings in a lease's life, within
+// 1/leaseShare of the headroom seen; 0 when that is too few to be worth a
+// lease.
+func (sc *leaseScope) leaseSize(op *reserveOp) int64 {
+	if !sc.roomKnown {
+		return 0
+	}
+	perSpan := int64(max(sc.prevCalls, sc.spanCalls))
+	n := min(perSpan*2*int64(leaseLife/hotSpan), leaseMax, sc.room[unitRequests]/leaseShare)
+	if op.tokens > 0 {
+		n = min(n, sc.room[unitTokens]/leaseShare/op.tokens)
+	}
+	if op.money > 0 {
+		n = min(n, sc.room[unitMoney]/leaseShare/op.money)
+	}
+	if n < leaseMin {
+		return 0
+	}
+	return n
+}
+
+// reserveLeased serves c from its scope's lease, or grants one, when the
+// scope is busy enough. handled is false when c should be reserved on its
+// own (the caller then does); err is a store error, for the caller's
+// fail_open/fail_closed handling. Calls that find another call granting
+// their scope's lease wait for it rather than reserve on their own.
+func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp) (Decision, bool, error) {
+	sc := l.scope(op.task, op.user)
+	sc.mu.Lock()
+	hot := sc.noteCall(now)
+	sc.mu.Unlock()
+	var chk *checkReply // read once a call
+	for try := 0; try < 3; try++ {
+		sc.mu.Lock()
+		ls := sc.cur
+		var stale *lease
+		if ls != nil && (!now.Before(ls.until) || ls.minute != op.stamps[0] || ls.hold.task != c.Task) {
+			if sc.endLocked(ls) {
+				stale = ls
+			}
+			ls = nil
+		}
+		var wait chan struct{}
+		grant := false
+		if ls == nil {
+			switch {
+			case sc.granting != nil:
+				wait = sc.granting
+			case hot && sc.leaseSize(op) > 0:
+				grant = true
+				sc.granting = make(chan struct{})
+			}
+		}
+		sc.mu.Unlock()
+		if stale != nil {
+			l.finalizeLater(stale)
+		}
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return Decision{}, false, nil
+			}
+		}
+		if ls == nil && !grant {
+			return Decision{}, false, nil
+		}
+		if chk == nil {
+			rep, err := l.store.check(ctx, &checkOp{task: op.task, user: op.user, group: op.group, now: op.now})
+			if err != nil || rep.block != nil {
+				if grant {
+					sc.grantDone()
+				}
+				if err != nil {
+					return Decision{}, false, err
+				}
+				return l.decide(*c, now, pw, op, &reserveReply{status: statusBlocked, block: rep.block}, false), true, nil
+			}
+			chk = &rep
+		}
+		if grant {
+			d, handled, err := l.grant(ctx, c, now, pw, op, sc, chk.version)
+			sc.grantDone()
+			return d, handled, err
+		}
+		sc.mu.Lock()
+		if !ls.ended && ls.version == chk.version && ls.fits(op) {
+			d := l.admit(c, now, pw, op, ls)
+			sc.mu.Unlock()
+			return d, true, nil
+		}
+		// Used up, or granted under overrides that have changed: this lease
+		// is over; the next try grants another (reading the overrides anew).
+		if sc.endLocked(ls) {
+			stale = ls
+		}
+		sc.mu.Unlock()
+		if stale != nil {
+			l.finalizeLater(stale)
+		}
+	}
+	return Decision{}, false, nil
+}
+
+// grantDone marks the scope's grant finished and wakes the calls waiting
+// for it.
+func (sc *leaseScope) grantDone() {
+	sc.mu.Lock()
+	close(sc.granting)
+	sc.granting = nil
+	sc.mu.Unlock()
+}
+
+// grant reserves a lease for op's scope and admits c from it. A refused
+// grant leaves c to be reserved on its own.
+func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) (Decision, bool, error) {
+	sc.mu.Lock()
+	n := sc.leaseSize(op)
+	sc.mu.Unlock()
+	if n == 0 {
+		return Decision{}, false, nil
+	}
+	gop := *op
+	gop.holdID = l.id + ":L" + strconv.FormatUint(l.seq.Add(1), 36)
+	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
+	gop.leaseUntil = op.leaseUntil + leaseLife.Milliseconds()
+	rep, err := l.store.reserve(ctx, &gop)
+	if err != nil {
+		return Decision{}, false, err
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	switch rep.status {
+	case statusBlocked:
+		return l.decide(*c, now, pw, op, &rep, false), true, nil
+	case statusRefused:
+		sc.noteRoom(&gop, &rep, false)
+		return Decision{}, false, nil
+	}
+	sc.noteRoom(&gop, &rep, true)
+	gd := l.decide(*c, now, pw, &gop, &rep, false)
+	ls := &lease{
+		sc: sc, hold: gd.Hold, version: version, minute: op.stamps[0], until: now.Add(leaseLife),
+		base: rep.windows, reqs: gop.requests, tokens: gop.tokens, money: gop.money,
+	}
+	if old := sc.cur; old != nil {
+		// Another call's lease of the same scope: this one replaces it.
+		if sc.endLocked(old) {
+			l.finalizeLater(old)
+		}
+	}
+	sc.cur = ls
+	l.startSweep()
+	return l.admit(c, now, pw, op, ls), true, nil
+}
+
+// admit serves c from ls (sc.mu held): its estimate is taken from what is
+// left, and its decision shows the windows as the lease found them plus
+// what the lease's calls have used so far.
+func (l *Limiter) admit(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, ls *lease) Decision {
+	rep := reserveReply{status: statusOK, windows: make([]winState, len(ls.base))}
+	used := [3]int64{ls.usedReqs, ls.usedTokens, ls.usedMoney}
+	for i, w := range ls.base {
+		w.used += w.reserved + used[winUnit(w.idx)]
+		w.reserved = 0
+		rep.windows[i] = w
+	}
+	ls.usedReqs++
+	ls.usedTokens += op.tokens
+	ls.usedMoney += op.money
+	ls.inflight++
+	d := l.decide(*c, now, pw, op, &rep, false)
+	d.Hold.lease = ls
+	return d
+}
+
+// settleLeased settles a call served from a lease: its actual usage
+// replaces its estimate in the lease and its events wait for the lease's
+// settlement, which happens here when the lease has ended and this was its
+// last call in flight.
+func (l *Limiter) settleLeased(ctx context.Context, h *Hold, act Usage, evs, calls [][]byte) (SettleResult, error) {
+	ls := h.lease
+	sc := ls.sc
+	sc.mu.Lock()
+	if ls.done {
+		// Settled already (the Limiter closed): nothing left to add to.
+		sc.mu.Unlock()
+		return SettleResult{}, nil
+	}
+	ls.usedTokens += act.Tokens() - h.tokens
+	ls.usedMoney += act.Money - h.money
+	ls.inflight--
+	ls.events = append(ls.events, evs...)
+	ls.calls = append(ls.calls, calls...)
+	last := false
+	if !ls.ended && len(ls.events)+len(ls.calls) >= leaseBatch {
+		last = sc.endLocked(ls)
+	} else if ls.ended && ls.inflight == 0 {
+		ls.done = true
+		last = true
+		sc.dropEnded(ls)
+	}
+	sc.mu.Unlock()
+	if !last {
+		return SettleResult{}, nil
+	}
+	return l.settleLease(ctx, ls)
+}
+
+// leaseWait bounds how long a call refused only for what leases hold waits
+// for them to end: a lease's life, and the sweep that settles it, twice.
+const leaseWait = 2 * (leaseLife + sweepEvery)
+
+// heldByLeases reports whether a refused reservation would fit if every
+// lease in the windows that refused it were given back unused.
+func heldByLeases(op *reserveOp, rep *reserveReply) bool {
+	held := false
+	for _, w := range rep.windows {
+		amt := op.amount(winUnit(w.idx))
+		if w.limit <= 0 {
+			return false
+		}
+		if w.used+w.reserved+amt > w.limit {
+			if w.leased <= 0 || w.used+w.reserved-w.leased+amt > w.limit {
+				return false
+			}
+			held = true
+		}
+	}
+	return held
+}
+
+// waitForLeases retries a reservation refused only for what leases hold:
+// this replica's leases of the task end at once, other replicas' within
+// their life, so that with a limit of N and more than N calls at once,
+// exactly N still go through. It returns the last reply.
+func (l *Limiter) waitForLeases(ctx context.Context, op *reserveOp, rep reserveReply) reserveReply {
+	l.endLeases(op.task, true)
+	deadline := time.Now().Add(leaseWait)
+	for first := true; ; first = false {
+		if !first {
+			if time.Now().After(deadline) {
+				return rep
+			}
+			t := time.NewTimer(sweepEvery)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return rep
+			case <-t.C:
+			}
+		}
+		next, err := l.store.reserve(ctx, op)
+		if err != nil {
+			return rep
+		}
+		rep = next
+		if rep.status != statusRefused || !heldByLeases(op, &rep) {
+			return rep
+		}
+	}
+}
+
+// dropEnded forgets an ended lease (sc.mu held).
+func (sc *leaseScope) dropEnded(ls *lease) {
+	for i, e := range sc.ended {
+		if e == ls {
+			sc.ended = append(sc.ended[:i], sc.ended[i+1:]...)
+			return
+		}
+	}
+}
+
+// settleLease settles a whole lease: what its calls used replaces what it
+// reserved, in one settle script that also appends its calls' events.
+func (l *Limiter) settleLease(ctx context.Context, ls *lease) (SettleResult, error) {
+	h := ls.hold
+	now := l.now()
+	op := settleOp{
+		task: h.task.Key, user: h.user, holdID: h.id, now: now.UnixMilli(),
+		resRequests: ls.reqs, resTokens: ls.tokens, resMoney: ls.money, lease: true,
+		actRequests: ls.usedReqs, actTokens: max(ls.usedTokens, 0), actMoney: max(ls.usedMoney, 0),
+		thresholds: h.task.Thresholds, events: ls.events, calls: ls.calls,
+	}
+	winOf := holdWins(h, now, &op)
+	return l.settleStore(ctx, h, &op, winOf)
+}
+
+// finalizeLater settles an ended lease with no call in flight in the
+// background, and hands the result to the settle hook.
+func (l *Limiter) finalizeLater(ls *lease) {
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.wg.Add(1)
+	}
+	l.mu.Unlock()
+	if closed {
+		l.finalize(ls)
+		return
+	}
+	l.settling.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer l.settling.Add(-1)
+		l.finalize(ls)
+	}()
+}
+
+// awaitSettling waits (a bounded time) for the leases being settled in the
+// background, so that a read after it sees what they counted.
+func (l *Limiter) awaitSettling() {
+	for deadline := time.Now().Add(5 * time.Second); l.settling.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// finalize settles an ended lease and hands the result to the settle hook.
+func (l *Limiter) finalize(ls *lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := l.settleLease(ctx, ls)
+	if hook := l.settleHook.Load(); hook != nil {
+		(*hook)(ls.hold.task, ls.hold.user, res, err)
+	}
+}
+
+// SettleHook receives the result of a settlement the Limiter ran on its
+// own (a lease that ended with no call in flight): threshold crossings to
+// signal, or the error.
+type SettleHook func(t *tasks.Task, user string, res SettleResult, err error)
+
+// SetSettleHook sets the hook for settlements the Limiter runs on its own.
+func (l *Limiter) SetSettleHook(h SettleHook) { l.settleHook.Store(&h) }
+
+// startSweep starts the loop that ends leases past their life, once.
+func (l *Limiter) startSweep() {
+	l.sweepOnce.Do(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.closed {
+			return
+		}
+		l.wg.Add(1)
+		go l.sweepLoop()
+	})
+}
+
+// sweepLoop ends leases past their life and forgets idle scopes.
+func (l *Limiter) sweepLoop() {
+	defer l.wg.Done()
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.endLeases("", false)
+	}
+}
+
+// endLeases ends the leases of task ("" : every task) that are past their
+// life (all of them with force) and settles those with no call in flight:
+// in the background, or before returning with force (which also waits for
+// settlements already under way in the background). It forgets idle
+// scopes.
+func (l *Limiter) endLeases(task string, force bool) {
+	now := l.now()
+	minute := l.windows.get(now, l.loc)[0].stamp
+	var idle []scopeKey
+	var settle []*lease
+	l.scopeMu.RLock()
+	for k, sc := range l.scopes {
+		if task != "" && k.task != task {
+			continue
+		}
+		sc.mu.Lock()
+		if ls := sc.cur; ls != nil && (force || !now.Before(ls.until) || ls.minute != minute) {
+			if sc.endLocked(ls) {
+				settle = append(settle, ls)
+			}
+		}
+		if sc.cur == nil && len(sc.ended) == 0 && sc.granting == nil && now.Sub(sc.lastCall) > scopeIdle {
+			idle = append(idle, k)
+		}
+		sc.mu.Unlock()
+	}
+	l.scopeMu.RUnlock()
+	if len(idle) > 0 {
+		l.scopeMu.Lock()
+		for _, k := range idle {
+			sc := l.scopes[k]
+			sc.mu.Lock()
+			if sc.cur == nil && len(sc.ended) == 0 && sc.granting == nil && now.Sub(sc.lastCall) > scopeIdle {
+				delete(l.scopes, k)
+			}
+			sc.mu.Unlock()
+		}
+		l.scopeMu.Unlock()
+	}
+	for _, ls := range settle {
+		if force {
+			l.finalize(ls)
+		} else {
+			l.finalizeLater(ls)
+		}
+	}
+	if force {
+		l.awaitSettling()
+	}
+}
+
+// closeLeases settles every lease at Close, those with calls still in
+// flight too (their estimates counted as used; their own settlements are
+// then dropped).
+func (l *Limiter) closeLeases() {
+	l.endLeases("", true)
+	var rest []*lease
+	l.scopeMu.RLock()
+	for _, sc := range l.scopes {
+		sc.mu.Lock()
+		for _, ls := range sc.ended {
+			if !ls.done {
+				ls.done = true
+				rest = append(rest, ls)
+			}
+		}
+		sc.ended = nil
+		sc.mu.Unlock()
+	}
+	l.scopeMu.RUnlock()
+	for _, ls := range rest {
+		l.finalize(ls)
+	}
+}

@@ -1,0 +1,293 @@
+package limits
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"taskgate/config"
+	"taskgate/internal/redistest"
+	"taskgate/tasks"
+)
+
+// redisReplicas returns n Limiters (replicas) on one Redis key space.
+func redisReplicas(t *testing.T, n int, opts Options) ([]*Limiter, []*RedisStore) {
+	t.Helper()
+	url, prefix := redistest.URL(t), redistest.Prefix(t)
+	ls := make([]*Limiter, n)
+	ss := make([]*RedisStore, n)
+	for i := range ls {
+		s, err := NewRedisStore(RedisOptions{URL: url, Prefix: prefix, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := opts
+		o.Store = s
+		ls[i], ss[i] = New(o), s
+		t.Cleanup(func() { _ = ls[i].Close() })
+	}
+	return ls, ss
+}
+
+// bigTask has limits on every unit, task and user, far above what a test
+// reaches, so that its busy scopes are served from leases.
+func bigTask(key string) *tasks.Task {
+	return newTask(key,
+		lim(tS, req, pMin, 1_000_000), lim(tS, tok, pDay, 1_000_000_000), lim(tS, mo, pMonth, 1_000_000_000),
+		lim(uS, req, pHour, 1_000_000), lim(uS, tok, pMin, 1_000_000_000), lim(uS, mo, pDay, 1_000_000_000))
+}
+
+func TestLeaseCountsEveryCallExactly(t *testing.T) {
+	ls, ss := redisReplicas(t, 1, Options{})
+	l, s := ls[0], ss[0]
+	task := bigTask("lease.exact")
+	const calls = 400
+	var leased int
+	var tokens, money int64
+	trips0 := s.RoundTrips()
+	for i := 0; i < calls; i++ {
+		d := mustReserve(t, l, Call{Task: task, User: "ann", Estimate: Usage{InputTokens: 20, OutputTokens: 100, Money: 90}})
+		if d.Hold.lease != nil {
+			leased++
+		}
+		if d.Requests == nil || d.Requests.Remaining >= 1_000_000 {
+			t.Fatalf("call %d: requests trio %+v does not count the call", i, d.Requests)
+		}
+		act := Usage{InputTokens: 20, OutputTokens: int64(i % 101), Money: int64(i % 91)}
+		tokens += act.Tokens()
+		money += act.Money
+		mustSettle(t, l, d.Hold, Outcome{Actual: act, Events: []Event{{Kind: "call"}}})
+	}
+	trips := s.RoundTrips() - trips0
+	if leased < calls/2 {
+		t.Fatalf("%d of %d calls served from a lease", leased, calls)
+	}
+	// One read a call, plus a lease's reserve and settle now and then;
+	// without leases: 2 scripts a call.
+	if trips > calls*5/4 {
+		t.Errorf("%d round trips for %d calls", trips, calls)
+	}
+	for _, w := range []struct {
+		scope, unit, period string
+		want                int64
+	}{
+		{tS, req, pMin, calls}, {tS, tok, pDay, tokens}, {tS, mo, pMonth, money},
+		{uS, req, pHour, calls}, {uS, tok, pMin, tokens}, {uS, mo, pDay, money},
+	} {
+		u := usageOf(t, l, task, "ann", w.scope, w.unit, w.period)
+		if u.Used != w.want || u.Reserved != 0 {
+			t.Errorf("%s %s %s: used %d reserved %d, want %d and 0", w.scope, w.unit, w.period, u.Used, u.Reserved, w.want)
+		}
+	}
+	evs, err := l.Events(bg, EventFilter{Tasks: []string{task.Key}, Kind: "call"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != calls {
+		t.Errorf("%d call events, want %d", len(evs), calls)
+	}
+	assertNoLeaseLeft(t, s, task.Key)
+}
+
+// assertNoLeaseLeft checks that no window of task still counts a lease.
+func assertNoLeaseLeft(t *testing.T, s *RedisStore, task string) {
+	t.Helper()
+	keys, err := s.Client().Keys(bg, s.prefix+"{"+task+"}:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if typ, _ := s.Client().Type(bg, k).Result(); typ != "hash" {
+			continue
+		}
+		if v, err := s.Client().HGet(bg, k, "l").Int64(); err == nil && v != 0 {
+			t.Errorf("%s: leased %d after every lease ended", k, v)
+		}
+	}
+	if n, _ := s.Client().HLen(bg, s.prefix+"{"+task+"}:holds").Result(); n != 0 {
+		t.Errorf("%d holds left", n)
+	}
+}
+
+// TestLeasesExactlyNAcrossReplicas: three replicas, a limit of N requests
+// large enough for leases, 2N calls at once: exactly N go through, and the
+// count is exactly N.
+func TestLeasesExactlyNAcrossReplicas(t *testing.T) {
+	ls, ss := redisReplicas(t, 3, Options{})
+	const n = 1500
+	task := newTask("lease.n", lim(tS, req, pMin, n), lim(uS, tok, pDay, 1_000_000_000))
+	const goroutines, each = 48, 2 * n / 48
+	var ok, refused, leased atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			l := ls[g%3]
+			<-start
+			for i := 0; i < each; i++ {
+				d, err := l.Reserve(bg, Call{Task: task, User: "bob", Estimate: Usage{InputTokens: 10}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Hold == nil {
+					refused.Add(1)
+					continue
+				}
+				ok.Add(1)
+				if d.Hold.lease != nil {
+					leased.Add(1)
+				}
+				if _, err := l.Settle(bg, d.Hold, Outcome{Actual: Usage{InputTokens: 7}}); err != nil {
+					t.Error(err)
+				}
+			}
+		}(g)
+	}
+	close(start)
+	wg.Wait()
+	if ok.Load() != n || refused.Load() != goroutines*each-n {
+		t.Fatalf("served %d, refused %d; want exactly %d served of %d", ok.Load(), refused.Load(), n, goroutines*each)
+	}
+	if leased.Load() == 0 {
+		t.Error("no call was served from a lease")
+	}
+	for i, l := range ls {
+		u := usageOf(t, l, task, "bob", tS, req, pMin)
+		if i == 2 && (u.Used != n || u.Reserved != 0) {
+			t.Errorf("requests used %d reserved %d, want %d and 0", u.Used, u.Reserved, n)
+		}
+	}
+	assertNoLeaseLeft(t, ss[0], task.Key)
+}
+
+// TestLeaseSeesBlocksAndOverridesAtOnce: a replica serving a busy user from
+// a lease refuses the user's very next call once another replica blocks
+// them, and applies another replica's override to its very next call.
+func TestLeaseSeesBlocksAndOverridesAtOnce(t *testing.T) {
+	ls, _ := redisReplicas(t, 2, Options{})
+	a, b := ls[0], ls[1]
+	task := bigTask("lease.admin")
+	call := Call{Task: task, User: "carol", Estimate: Usage{InputTokens: 10}}
+	warm := func() {
+		t.Helper()
+		for i := 0; i < 40; i++ {
+			d := mustReserve(t, a, call)
+			if d.Hold == nil {
+				t.Fatalf("warm-up call refused: %+v %+v", d.Refusal, d.Blocked)
+			}
+			mustSettle(t, a, d.Hold, Outcome{Actual: Usage{InputTokens: 10}})
+		}
+		d := mustReserve(t, a, call)
+		if d.Hold == nil || d.Hold.lease == nil {
+			t.Fatal("a busy user is not served from a lease")
+		}
+		mustSettle(t, a, d.Hold, Outcome{Actual: Usage{InputTokens: 10}})
+	}
+	warm()
+	if err := b.PutBlock(bg, Block{User: "carol", Group: "*", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustReserve(t, a, call); d.Blocked == nil {
+		t.Fatal("the next call after a block on another replica was not blocked")
+	}
+	if _, err := b.DeleteBlock(bg, "carol", "*"); err != nil {
+		t.Fatal(err)
+	}
+	warm()
+	// Usage on a ends its lease first, so what it shows is exact.
+	used := usageOf(t, a, task, "carol", uS, req, pHour)
+	if used.Reserved != 0 {
+		t.Fatalf("reserved %d with no call in flight", used.Reserved)
+	}
+	warm()
+	// Another replica lowers the user's hourly requests to two more than
+	// a's calls made (a's lease has taken more than that).
+	if err := b.SetOverrides(bg, task, config.Limits{User: config.ScopeLimits{Requests: config.Periods{Hour: i64(used.Used + 41 + 2)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, true, false} {
+		d := mustReserve(t, a, call)
+		if (d.Hold != nil) != want {
+			t.Fatalf("call %d after the override: served %v, want %v (%+v)", i+1, d.Hold != nil, want, d.Refusal)
+		}
+		if d.Hold != nil {
+			mustSettle(t, a, d.Hold, Outcome{Actual: Usage{InputTokens: 10}})
+		}
+	}
+}
+
+// TestLeaseOfADeadReplicaIsReaped: a replica that dies holding a lease
+// strands nothing once the lease's hold runs out.
+func TestLeaseOfADeadReplicaIsReaped(t *testing.T) {
+	clk := newClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	url, prefix := redistest.URL(t), redistest.Prefix(t)
+	open := func() *RedisStore {
+		s, err := NewRedisStore(RedisOptions{URL: url, Prefix: prefix, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	dead := New(Options{Store: open(), Now: clk.Now}) // never settles its calls
+	t.Cleanup(func() { _ = dead.Close() })
+	s := open()
+	live := New(Options{Store: s, Now: clk.Now})
+	defer live.Close()
+	task := bigTask("lease.dead")
+	var leased bool
+	for i := 0; i < 40; i++ {
+		d := mustReserve(t, dead, Call{Task: task, User: "dan", Estimate: Usage{InputTokens: 10}, Lease: time.Minute})
+		leased = leased || d.Hold.lease != nil
+	}
+	if !leased {
+		t.Fatal("no lease taken")
+	}
+	if u := usageOf(t, live, task, "dan", tS, req, pMin); u.Reserved == 0 {
+		t.Fatal("the dead replica's lease holds nothing")
+	}
+	clk.Add(2 * time.Minute)
+	for _, w := range [][3]string{{tS, tok, pDay}, {uS, req, pHour}} {
+		if u := usageOf(t, live, task, "dan", w[0], w[1], w[2]); u.Reserved != 0 || u.Used != 0 {
+			t.Errorf("%v after the lease ran out: used %d reserved %d", w, u.Used, u.Reserved)
+		}
+	}
+	assertNoLeaseLeft(t, s, task.Key)
+}
+
+// TestLeaseThresholdsAndHook: crossings found when a lease is settled reach
+// the caller of Settle or, for a lease settled in the background, the
+// settle hook; each once.
+func TestLeaseThresholdsAndHook(t *testing.T) {
+	ls, _ := redisReplicas(t, 1, Options{})
+	l := ls[0]
+	var mu sync.Mutex
+	var crossings []Crossing
+	l.SetSettleHook(func(_ *tasks.Task, _ string, res SettleResult, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		crossings = append(crossings, res.Crossings...)
+		mu.Unlock()
+	})
+	task := newTask("lease.th", lim(tS, tok, pDay, 1_000_000))
+	task.Thresholds = []float64{0.5}
+	for i := 0; i < 700; i++ {
+		d := mustReserve(t, l, Call{Task: task, Estimate: Usage{InputTokens: 1000}})
+		res := mustSettle(t, l, d.Hold, Outcome{Actual: Usage{InputTokens: 1000}})
+		mu.Lock()
+		crossings = append(crossings, res.Crossings...)
+		mu.Unlock()
+	}
+	time.Sleep(leaseLife + 3*sweepEvery) // the last lease ends and is settled
+	mu.Lock()
+	defer mu.Unlock()
+	if len(crossings) != 1 || crossings[0].Threshold != 0.5 || crossings[0].Used < 500_000 {
+		t.Fatalf("crossings %+v, want one of 0.5", crossings)
+	}
+}
