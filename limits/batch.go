@@ -42,6 +42,16 @@ func newScriptCmd(script *luaScript, room int) *scriptCmd {
 	return c
 }
 
+// newPlainCmd starts a plain command (no script), name first; its
+// arguments are added with str and num, and it goes through a batcher
+// like a script.
+func newPlainCmd(name string, room int) *scriptCmd {
+	c := &scriptCmd{}
+	c.list = make([]any, 1, 1+room)
+	c.list[0] = name
+	return c
+}
+
 // key adds a key; keys come before any argument.
 func (c *scriptCmd) key(k string) {
 	c.str(k)
@@ -82,8 +92,12 @@ func (c *scriptCmd) bool(v bool) {
 // bytes adds a byte string argument.
 func (c *scriptCmd) bytes(b []byte) { c.list = append(c.list, b) }
 
-// cmd is the go-redis command: EVALSHA, or EVAL with the script's source.
+// cmd is the go-redis command: EVALSHA, or EVAL with the script's source;
+// for a plain command, the command itself.
 func (c *scriptCmd) cmd(ctx context.Context, eval bool) *redis.Cmd {
+	if c.script == nil {
+		return redis.NewCmd(ctx, c.list...)
+	}
 	if eval {
 		c.list[0], c.list[1] = "eval", &c.script.src
 	} else {

@@ -226,7 +226,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 				if err != nil {
 					return Decision{}, false, err
 				}
-				return l.decide(*c, now, pw, op, &reserveReply{status: statusBlocked, block: rep.block}, false), true, nil
+				return l.decide(c, now, pw, op, &reserveReply{status: statusBlocked, block: rep.block}, false), true, nil
 			}
 			chk = &rep
 		}
@@ -284,13 +284,13 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 	defer sc.mu.Unlock()
 	switch rep.status {
 	case statusBlocked:
-		return l.decide(*c, now, pw, op, &rep, false), true, nil
+		return l.decide(c, now, pw, op, &rep, false), true, nil
 	case statusRefused:
 		sc.noteRoom(&gop, &rep, false)
 		return Decision{}, false, nil
 	}
 	sc.noteRoom(&gop, &rep, true)
-	gd := l.decide(*c, now, pw, &gop, &rep, false)
+	gd := l.decide(c, now, pw, &gop, &rep, false)
 	ls := &lease{
 		sc: sc, hold: gd.Hold, version: version, minute: op.stamps[0], until: now.Add(leaseLife),
 		base: rep.windows, reqs: gop.requests, tokens: gop.tokens, money: gop.money,
@@ -321,7 +321,7 @@ func (l *Limiter) admit(c *Call, now time.Time, pw *[nPeriods]periodWin, op *res
 	ls.usedTokens += op.tokens
 	ls.usedMoney += op.money
 	ls.inflight++
-	d := l.decide(*c, now, pw, op, &rep, false)
+	d := l.decide(c, now, pw, op, &rep, false)
 	d.Hold.lease = ls
 	return d
 }

@@ -312,7 +312,7 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 	)
 	leasable := l.leasable(&op)
 	if leasable {
-		d, handled, err := l.reserveLeased(ctx, &c, now, &pw, &op)
+		d, handled, err := l.reserveLeased(ctx, &c, now, pw, &op)
 		if handled {
 			return d, nil
 		}
@@ -324,7 +324,7 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 			if err != nil {
 				return Decision{}, fmt.Errorf("reserve %s: %w", c.Task.Key, err)
 			}
-			return l.decide(c, now, &pw, &op, &rep, local), nil
+			return l.decide(&c, now, pw, &op, &rep, local), nil
 		}
 	}
 	if l.degraded.Load() {
@@ -347,7 +347,7 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 		sc.noteRoom(&op, &rep, rep.status == statusOK)
 		sc.mu.Unlock()
 	}
-	return l.decide(c, now, &pw, &op, &rep, local), nil
+	return l.decide(&c, now, pw, &op, &rep, local), nil
 }
 
 // storeFailed handles a store error of Reserve: the error to return, or
@@ -370,7 +370,7 @@ func (l *Limiter) reserveLocal(ctx context.Context, op *reserveOp) (reserveReply
 }
 
 // decide turns a store's reply into a Decision (and a Hold).
-func (l *Limiter) decide(c Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, rep *reserveReply, local bool) Decision {
+func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, rep *reserveReply, local bool) Decision {
 	var d Decision
 	if rep.status == statusBlocked {
 		var b Block

@@ -52,8 +52,9 @@ type RedisStore struct {
 	prefix  string
 	cluster bool
 	trips   atomic.Int64
-	// reserves and settles coalesce concurrent scripts into pipelines.
-	reserves, settles *scriptBatcher
+	// reserves, settles and checks coalesce concurrent scripts (and the
+	// leased calls' block reads) into pipelines.
+	reserves, settles, checks *scriptBatcher
 }
 
 // reserveBatches and settleBatches are how many reserve and settle round
@@ -81,6 +82,7 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	}
 	s := &RedisStore{c: c, prefix: o.Prefix, cluster: cluster, settles: newScriptBatcher(c, settleBatches, maxBatch)}
 	s.reserves = newScriptBatcher(c, reserveBatches, maxBatch)
+	s.checks = newScriptBatcher(c, reserveBatches, maxBatch)
 	c.AddHook(tripHook{&s.trips})
 	return s, nil
 }
@@ -441,9 +443,18 @@ func (s *RedisStore) check(ctx context.Context, op *checkOp) (checkReply, error)
 		fields[1], fields[2] = blockField(op.group, op.user), blockField("*", op.user)
 		n = 3
 	}
-	vals, err := s.c.HMGet(ctx, s.blocksKey(), fields[:n]...).Result()
+	c := newPlainCmd("hmget", 1+n)
+	c.str(s.blocksKey())
+	for _, f := range fields[:n] {
+		c.str(f)
+	}
+	reply, err := s.checks.run(ctx, c)
 	if err != nil {
 		return checkReply{}, fmt.Errorf("read blocks: %w", err)
+	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != n {
+		return checkReply{}, fmt.Errorf("read blocks: reply is a %T of %d", reply, len(vals))
 	}
 	var rep checkReply
 	if v, ok := vals[0].(string); ok {

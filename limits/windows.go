@@ -70,12 +70,12 @@ type cachedWindows struct {
 }
 
 // get is currentWindows(now, loc), from the cache when now falls in the
-// cached minute.
-func (c *windowCache) get(now time.Time, loc *time.Location) [nPeriods]periodWin {
+// cached minute. The windows are shared: never modify them.
+func (c *windowCache) get(now time.Time, loc *time.Location) *[nPeriods]periodWin {
 	if cw := c.last.Load(); cw != nil && cw.loc == loc && !now.Before(cw.w[0].start) && now.Before(cw.w[0].end) {
-		return cw.w
+		return &cw.w
 	}
-	w := currentWindows(now, loc)
-	c.last.Store(&cachedWindows{loc: loc, w: w})
-	return w
+	cw := &cachedWindows{loc: loc, w: currentWindows(now, loc)}
+	c.last.Store(cw)
+	return &cw.w
 }

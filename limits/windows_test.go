@@ -93,7 +93,7 @@ func TestWindowCache(t *testing.T) {
 		{-time.Nanosecond, time.UTC}, {0, time.UTC},
 	} {
 		now := base.Add(step.d)
-		if got, want := c.get(now, step.loc), currentWindows(now, step.loc); got != want {
+		if got, want := *c.get(now, step.loc), currentWindows(now, step.loc); got != want {
 			t.Errorf("%v in %v: cached %+v, want %+v", now, step.loc, got, want)
 		}
 	}
