@@ -53,6 +53,7 @@ type leaseScope struct {
 	granting  chan struct{} // closed when the call granting a lease is done; nil: none is
 	cur       *lease        // the lease admitting calls, or nil
 	ended     []*lease      // leases that stopped admitting, still with calls in flight
+	check     checkOp       // the scope's check, its fields built once (now set per call)
 }
 
 // lease is a hold of many calls' worth, admitting calls until it ends.
@@ -117,6 +118,20 @@ func (sc *leaseScope) endLocked(ls *lease) bool {
 	}
 	ls.done = true
 	return true
+}
+
+// checkOp returns the check of a call of the scope (fields built once per
+// scope and block group).
+func (sc *leaseScope) checkOp(op *reserveOp) *checkOp {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.check.fields == nil || sc.check.group != op.group {
+		sc.check = checkOp{task: op.task, user: op.user, group: op.group}
+		sc.check.fields = sc.check.checkFields()
+	}
+	c := sc.check
+	c.now = op.now
+	return &c
 }
 
 // noteCall counts a call of the scope and reports whether the scope is hot.
@@ -218,7 +233,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 			return Decision{}, false, nil
 		}
 		if chk == nil {
-			rep, err := l.store.check(ctx, &checkOp{task: op.task, user: op.user, group: op.group, now: op.now})
+			rep, err := l.store.check(ctx, sc.checkOp(op))
 			if err != nil || rep.block != nil {
 				if grant {
 					sc.grantDone()

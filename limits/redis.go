@@ -50,6 +50,7 @@ type RedisOptions struct {
 type RedisStore struct {
 	c       redis.UniversalClient
 	prefix  string
+	blocksK string // prefix + "blocks"
 	cluster bool
 	trips   atomic.Int64
 	// reserves, settles and checks coalesce concurrent scripts (and the
@@ -80,7 +81,7 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
-	s := &RedisStore{c: c, prefix: o.Prefix, cluster: cluster, settles: newScriptBatcher(c, settleBatches, maxBatch)}
+	s := &RedisStore{c: c, prefix: o.Prefix, blocksK: o.Prefix + "blocks", cluster: cluster, settles: newScriptBatcher(c, settleBatches, maxBatch)}
 	s.reserves = newScriptBatcher(c, reserveBatches, maxBatch)
 	s.checks = newScriptBatcher(c, reserveBatches, maxBatch)
 	c.AddHook(tripHook{&s.trips})
@@ -222,7 +223,7 @@ func (s *RedisStore) Close() error { return s.c.Close() }
 
 func (s *RedisStore) base(task string) string { return s.prefix + "{" + task + "}:" }
 
-func (s *RedisStore) blocksKey() string { return s.prefix + "blocks" }
+func (s *RedisStore) blocksKey() string { return s.blocksK }
 
 func (s *RedisStore) reserve(ctx context.Context, op *reserveOp) (reserveReply, error) {
 	base := s.base(op.task)
@@ -437,15 +438,11 @@ func (s *RedisStore) bumpVersion(ctx context.Context, task string) error {
 // check reads, in one command, the blocks of op's user and the version of
 // its task's overrides.
 func (s *RedisStore) check(ctx context.Context, op *checkOp) (checkReply, error) {
-	fields := [3]string{versionField(op.task)}
-	n := 1
-	if op.user != "" {
-		fields[1], fields[2] = blockField(op.group, op.user), blockField("*", op.user)
-		n = 3
-	}
+	fields := op.checkFields()
+	n := len(fields)
 	c := newPlainCmd("hmget", 1+n)
 	c.str(s.blocksKey())
-	for _, f := range fields[:n] {
+	for _, f := range fields {
 		c.str(f)
 	}
 	reply, err := s.checks.run(ctx, c)

@@ -140,6 +140,22 @@ func versionField(task string) string { return "\x00ov:" + task }
 type checkOp struct {
 	task, user, group string
 	now               int64 // unix ms
+	// fields, when set, are checkFields already built (a lease scope keeps
+	// them, so that a call builds no string).
+	fields []string
+}
+
+// checkFields are the fields of the blocks hash a check reads: the task's
+// overrides version, then (with a user) the user's blocks in the task's
+// group and in "*".
+func (op *checkOp) checkFields() []string {
+	if op.fields != nil {
+		return op.fields
+	}
+	if op.user == "" {
+		return []string{versionField(op.task)}
+	}
+	return []string{versionField(op.task), blockField(op.group, op.user), blockField("*", op.user)}
 }
 
 // checkReply is a store's answer to a checkOp.
