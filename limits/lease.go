@@ -343,8 +343,8 @@ func (l *Limiter) admit(c *Call, now time.Time, pw *[nPeriods]periodWin, op *res
 
 // settleLeased settles a call served from a lease: its actual usage
 // replaces its estimate in the lease and its events wait for the lease's
-// settlement, which happens here when the lease has ended and this was its
-// last call in flight.
+// settlement, which starts (in the background) when the lease has ended
+// and this was its last call in flight. It never waits for the store.
 func (l *Limiter) settleLeased(ctx context.Context, h *Hold, act Usage, evs, calls [][]byte) (SettleResult, error) {
 	ls := h.lease
 	sc := ls.sc
@@ -368,10 +368,12 @@ func (l *Limiter) settleLeased(ctx context.Context, h *Hold, act Usage, evs, cal
 		sc.dropEnded(ls)
 	}
 	sc.mu.Unlock()
-	if !last {
-		return SettleResult{}, nil
+	if last {
+		// In the background, so that settling a leased call never waits
+		// for the store; the hook gets the lease's crossings.
+		l.finalizeLater(ls)
 	}
-	return l.settleLease(ctx, ls)
+	return SettleResult{}, nil
 }
 
 // leaseWait bounds how long a call refused only for what leases hold waits

@@ -176,6 +176,11 @@ func (h *Hold) RequestID() string { return h.requestID }
 // Estimate is the call's estimate, as reserved.
 func (h *Hold) Estimate() Usage { return h.estimate }
 
+// Leased reports whether the call was served from a lease: its Settle then
+// makes no store round trip unless the outcome is flagged or carries
+// events of another task, so a caller may settle it inline.
+func (h *Hold) Leased() bool { return h.lease != nil }
+
 // Options configures a Limiter; the zero value is an in-process,
 // fail_closed Limiter in UTC.
 type Options struct {

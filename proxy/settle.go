@@ -14,8 +14,9 @@ import (
 
 // finish records the call's metrics and journal line and settles its
 // reservation. With a store across the network the settlement runs on a
-// worker, so its round trip never delays the client; the in-process store
-// settles inline. It runs exactly once per call.
+// worker, so its round trip never delays the client; the in-process store,
+// and a call served from a lease (which settles into the lease), settle
+// inline. It runs exactly once per call.
 func (c *call) finish() {
 	if c.settled {
 		return
@@ -88,7 +89,7 @@ func (c *call) finish() {
 		}
 		c.s.signalSettlement(task.Key, user, task.Watchers, res)
 	}
-	if c.s.lim.InProcess() {
+	if c.s.lim.InProcess() || (hold.Leased() && !c.flagged) {
 		settle() // microseconds, no round trip: cheaper than waking a worker
 		return
 	}
