@@ -105,6 +105,9 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 	// Calls wait on the store while upstream calls and streams are in
 	// flight, so the pool is sized for concurrency, not for CPUs.
 	pool := 64 * runtime.GOMAXPROCS(0)
+	// RESP2: taskgate uses no push notifications (pub/sub, client-side
+	// caching), and with RESP3 go-redis looks for them before every reply.
+	const resp = 2
 	switch scheme {
 	case "redis", "rediss", "unix":
 		opt, err := redis.ParseURL(o.URL)
@@ -112,6 +115,7 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 			return nil, false, fmt.Errorf("parse %s URL: %w", scheme, err)
 		}
 		opt.ReadTimeout, opt.WriteTimeout, opt.DialTimeout = o.Timeout, o.Timeout, dial
+		opt.Protocol = resp
 		opt.MaxRetries = -1
 		opt.DialerRetries, opt.DialerRetryTimeout = 1, 10*time.Millisecond
 		opt.ContextTimeoutEnabled = true
@@ -150,6 +154,7 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 				MaxRetries:       -1,
 				DialerRetries:    1,
 				TLSConfig:        tlsConf,
+				Protocol:         resp,
 
 				ContextTimeoutEnabled: true,
 			}), false, nil
@@ -166,6 +171,7 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 			MaxRetries:    -1,
 			DialerRetries: 1,
 			TLSConfig:     tlsConf,
+			Protocol:      resp,
 
 			ContextTimeoutEnabled: true,
 		}), true, nil
