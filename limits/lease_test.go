@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"taskgate/config"
 	"taskgate/internal/redistest"
 	"taskgate/tasks"
@@ -290,4 +292,59 @@ func TestLeaseThresholdsAndHook(t *testing.T) {
 	if len(crossings) != 1 || crossings[0].Threshold != 0.5 || crossings[0].Used < 500_000 {
 		t.Fatalf("crossings %+v, want one of 0.5", crossings)
 	}
+}
+
+// TestLeasesFailOpen: with the store unreachable mid-lease (fail_open), a
+// busy user's calls go on from local counts, and once the store answers
+// again every call's usage is in it exactly once.
+func TestLeasesFailOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedis(t, srv.URL(), 100*time.Millisecond)
+	l := New(Options{Store: s, OnError: config.FailOpen})
+	defer l.Close()
+	task := bigTask("lease.fo")
+	call := Call{Task: task, User: "eve", Estimate: Usage{InputTokens: 10}}
+	var calls, tokens int64
+	settle := func(h *Hold, tok int64) {
+		t.Helper()
+		mustSettle(t, l, h, Outcome{Actual: Usage{InputTokens: tok}})
+		calls++
+		tokens += tok
+	}
+	var leased []*Hold
+	for i := 0; i < 60; i++ {
+		d := mustReserve(t, l, call)
+		if d.Hold.lease != nil && len(leased) < 3 {
+			leased = append(leased, d.Hold) // still in flight when the store goes
+			continue
+		}
+		settle(d.Hold, int64(i%7+1))
+	}
+	if len(leased) < 3 {
+		t.Fatal("no call was served from a lease")
+	}
+	// Every client of the server waits; the store's 100 ms timeout fails
+	// the commands meanwhile.
+	if err := redis.NewClient(&redis.Options{Addr: srv.Addr}).Do(bg, "client", "pause", 1500, "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		d := mustReserve(t, l, call)
+		if d.Hold == nil {
+			t.Fatalf("call %d with the store paused was refused", i)
+		}
+		settle(d.Hold, 3)
+	}
+	if !l.Degraded() {
+		t.Fatal("not degraded while the store is paused")
+	}
+	for _, h := range leased {
+		settle(h, 11)
+	}
+	waitFor(t, "recovery", func() bool { return !l.Degraded() })
+	waitFor(t, "every call counted", func() bool {
+		r := usageOf(t, l, task, "eve", tS, req, pMin)
+		tk := usageOf(t, l, task, "eve", uS, tok, pMin)
+		return r.Used == calls && tk.Used == tokens
+	})
 }

@@ -322,14 +322,10 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 			return d, nil
 		}
 		if err != nil {
+			// fail_open: degraded now, so the local store serves it below.
 			if derr := l.storeFailed(ctx, c.Task.Key, err); derr != nil {
 				return Decision{}, derr
 			}
-			rep, local, err = l.reserveLocal(ctx, &op)
-			if err != nil {
-				return Decision{}, fmt.Errorf("reserve %s: %w", c.Task.Key, err)
-			}
-			return l.decide(&c, now, pw, &op, &rep, local), nil
 		}
 	}
 	if l.degraded.Load() {
