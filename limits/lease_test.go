@@ -112,58 +112,73 @@ func assertNoLeaseLeft(t *testing.T, s *RedisStore, task string) {
 	}
 }
 
-// TestLeasesExactlyNAcrossReplicas: three replicas, a limit of N requests
-// large enough for leases, 2N calls at once: exactly N go through, and the
-// count is exactly N.
+// TestLeasesExactlyNAcrossReplicas: three replicas, a limit of N large
+// enough for leases (N requests; or money for N calls, each using what it
+// reserved), 2N calls at once: exactly N go through, and the count is
+// exactly what they used.
 func TestLeasesExactlyNAcrossReplicas(t *testing.T) {
-	ls, ss := redisReplicas(t, 3, Options{})
 	const n = 1500
-	task := newTask("lease.n", lim(tS, req, pMin, n), lim(uS, tok, pDay, 1_000_000_000))
-	const goroutines, each = 48, 2 * n / 48
-	var ok, refused, leased atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			l := ls[g%3]
-			<-start
-			for i := 0; i < each; i++ {
-				d, err := l.Reserve(bg, Call{Task: task, User: "bob", Estimate: Usage{InputTokens: 10}})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Hold == nil {
-					refused.Add(1)
-					continue
-				}
-				ok.Add(1)
-				if d.Hold.lease != nil {
-					leased.Add(1)
-				}
-				if _, err := l.Settle(bg, d.Hold, Outcome{Actual: Usage{InputTokens: 7}}); err != nil {
-					t.Error(err)
-				}
+	for _, c := range []struct {
+		name  string
+		limit config.Limit
+		check [3]string // the window that must hold exactly n calls' worth
+		per   int64     // what a call counts in it
+		est   Usage
+	}{
+		{"requests", lim(tS, req, pMin, n), [3]string{tS, req, pMin}, 1, Usage{InputTokens: 10}},
+		{"money", lim(uS, mo, pDay, n*90), [3]string{uS, mo, pDay}, 90, Usage{InputTokens: 10, Money: 90}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ls, ss := redisReplicas(t, 3, Options{})
+			task := newTask("lease.n."+c.name, c.limit, lim(uS, tok, pDay, 1_000_000_000))
+			const goroutines, each = 48, 2 * n / 48
+			var ok, refused, leased atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					l := ls[g%3]
+					<-start
+					for i := 0; i < each; i++ {
+						d, err := l.Reserve(bg, Call{Task: task, User: "bob", Estimate: c.est})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Hold == nil {
+							refused.Add(1)
+							continue
+						}
+						ok.Add(1)
+						if d.Hold.lease != nil {
+							leased.Add(1)
+						}
+						if _, err := l.Settle(bg, d.Hold, Outcome{Actual: Usage{InputTokens: 7, Money: c.est.Money}}); err != nil {
+							t.Error(err)
+						}
+					}
+				}(g)
 			}
-		}(g)
+			close(start)
+			wg.Wait()
+			if ok.Load() != n || refused.Load() != goroutines*each-n {
+				t.Fatalf("served %d, refused %d; want exactly %d served of %d", ok.Load(), refused.Load(), n, goroutines*each)
+			}
+			if leased.Load() == 0 {
+				t.Error("no call was served from a lease")
+			}
+			for _, l := range ls[:2] {
+				l.endLeases("", true) // the other replicas' leases end now
+			}
+			u := usageOf(t, ls[2], task, "bob", c.check[0], c.check[1], c.check[2])
+			if u.Used != n*c.per || u.Reserved != 0 {
+				t.Errorf("used %d reserved %d, want %d and 0", u.Used, u.Reserved, n*c.per)
+			}
+			assertNoLeaseLeft(t, ss[0], task.Key)
+		})
 	}
-	close(start)
-	wg.Wait()
-	if ok.Load() != n || refused.Load() != goroutines*each-n {
-		t.Fatalf("served %d, refused %d; want exactly %d served of %d", ok.Load(), refused.Load(), n, goroutines*each)
-	}
-	if leased.Load() == 0 {
-		t.Error("no call was served from a lease")
-	}
-	for i, l := range ls {
-		u := usageOf(t, l, task, "bob", tS, req, pMin)
-		if i == 2 && (u.Used != n || u.Reserved != 0) {
-			t.Errorf("requests used %d reserved %d, want %d and 0", u.Used, u.Reserved, n)
-		}
-	}
-	assertNoLeaseLeft(t, ss[0], task.Key)
 }
 
 // TestLeaseSeesBlocksAndOverridesAtOnce: a replica serving a busy user from
