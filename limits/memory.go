@@ -8,22 +8,23 @@ import (
 
 // memoryStore keeps everything in process memory, under one mutex: the
 // in-process store of a single replica, and the local store that serves
-// calls while a Redis store is unreachable under fail_open. Keys are the
-// Redis store's keys without a prefix, and expiry follows the clock the
-// Limiter passes in, so both stores behave alike.
+// calls while a Redis store is unreachable under fail_open. Window counters
+// are keyed by the parts of the Redis store's keys (no string is built a
+// call), other keys are the Redis store's without a prefix, and expiry
+// follows the clock the Limiter passes in, so both stores behave alike.
 type memoryStore struct {
 	mu       sync.Mutex
-	counters map[string]*memCounter      // window key → counts
-	holds    map[string][]memPart        // base+hold id → what it reserved
-	leases   map[string]map[string]int64 // base → hold id → lease end
-	nextReap map[string]int64            // base → no lease ends before this
+	counters map[memKey]*memCounter      // window → counts
+	holds    map[holdKey][]memPart       // hold → what it reserved
+	leases   map[string]map[string]int64 // task → hold id → lease end
+	nextReap map[string]int64            // task → no lease ends before this
 	ovs      map[string]map[int]int64
 	ovVer    map[string]int64 // task → changes to its overrides
 	blocksM  map[string]storedBlock
 	eventsM  map[string][][]byte // task + "\x00" + log → events, oldest first
 	flags    map[string]*memCounter
 	cph      map[string][]int64 // base+user → call times (unix ms)
-	claims   map[string]int64   // claim key → expiry
+	claims   map[claimKey]int64 // threshold claim → expiry
 	ops      int
 }
 
@@ -32,8 +33,32 @@ type memCounter struct {
 	exp  int64 // unix ms; the counter is gone from then on
 }
 
+// memKey names a window's counter: the parts of its Redis key (user is ""
+// for a task window).
+type memKey struct {
+	task, user, stamp string
+	idx               int
+}
+
+// windowMemKey is the counter key of window idx of (task, user).
+func windowMemKey(task, user string, idx int, stamp string) memKey {
+	if !winIsUser(idx) {
+		user = ""
+	}
+	return memKey{task: task, user: user, stamp: stamp, idx: idx}
+}
+
+// holdKey names a hold.
+type holdKey struct{ task, id string }
+
+// claimKey names a threshold claimed in a window.
+type claimKey struct {
+	win       memKey
+	threshold float64
+}
+
 type memPart struct {
-	key    string
+	key    memKey
 	amount int64
 }
 
@@ -43,8 +68,8 @@ func NewMemoryStore() Store { return newMemoryStore() }
 
 func newMemoryStore() *memoryStore {
 	return &memoryStore{
-		counters: map[string]*memCounter{},
-		holds:    map[string][]memPart{},
+		counters: map[memKey]*memCounter{},
+		holds:    map[holdKey][]memPart{},
 		leases:   map[string]map[string]int64{},
 		nextReap: map[string]int64{},
 		ovs:      map[string]map[int]int64{},
@@ -53,7 +78,7 @@ func newMemoryStore() *memoryStore {
 		eventsM:  map[string][][]byte{},
 		flags:    map[string]*memCounter{},
 		cph:      map[string][]int64{},
-		claims:   map[string]int64{},
+		claims:   map[claimKey]int64{},
 	}
 }
 
@@ -68,7 +93,7 @@ func (s *memoryStore) Ping(context.Context) error { return nil }
 func (s *memoryStore) Close() error { return nil }
 
 // counter returns the live counter at key, or nil.
-func (s *memoryStore) counter(key string, now int64) *memCounter {
+func (s *memoryStore) counter(key memKey, now int64) *memCounter {
 	c := s.counters[key]
 	if c != nil && c.exp <= now {
 		delete(s.counters, key)
@@ -107,42 +132,40 @@ func (s *memoryStore) sweep(now int64) {
 
 // reap releases the task's holds whose lease ended; it scans the holds only
 // once the earliest lease end seen has passed.
-func (s *memoryStore) reap(base string, now int64) {
-	if next, ok := s.nextReap[base]; !ok || now < next {
+func (s *memoryStore) reap(task string, now int64) {
+	if next, ok := s.nextReap[task]; !ok || now < next {
 		return
 	}
 	next := int64(1<<63 - 1)
-	for id, until := range s.leases[base] {
+	for id, until := range s.leases[task] {
 		if until > now {
 			next = min(next, until)
 			continue
 		}
-		for _, p := range s.holds[base+id] {
+		hk := holdKey{task, id}
+		for _, p := range s.holds[hk] {
 			if c := s.counter(p.key, now); c != nil {
 				c.r -= p.amount
 			}
 		}
-		delete(s.holds, base+id)
-		delete(s.leases[base], id)
+		delete(s.holds, hk)
+		delete(s.leases[task], id)
 	}
-	if len(s.leases[base]) == 0 {
-		delete(s.nextReap, base)
+	if len(s.leases[task]) == 0 {
+		delete(s.nextReap, task)
 		return
 	}
-	s.nextReap[base] = next
+	s.nextReap[task] = next
 }
 
 func (s *memoryStore) reserve(_ context.Context, op *reserveOp) (reserveReply, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(op.now)
-	base := memBase(op.task)
-	s.reap(base, op.now)
+	s.reap(op.task, op.now)
 	if !op.peek && op.user != "" {
-		for _, f := range [2]string{blockField(op.group, op.user), blockField("*", op.user)} {
-			if b, ok := s.blocksM[f]; ok && (b.exp == 0 || b.exp > op.now) {
-				return reserveReply{status: statusBlocked, block: b.json}, nil
-			}
+		if b, ok := s.activeBlock(op.group, op.user, op.now); ok {
+			return reserveReply{status: statusBlocked, block: b.json}, nil
 		}
 	}
 	var lim [nWindows]int64
@@ -156,12 +179,12 @@ func (s *memoryStore) reserve(_ context.Context, op *reserveOp) (reserveReply, e
 		}
 	}
 	rep := reserveReply{status: statusOK}
-	var keys [nWindows]string
+	var keys [nWindows]memKey
 	for idx := 0; idx < nWindows; idx++ {
 		if !has[idx] || (winIsUser(idx) && op.user == "") {
 			continue
 		}
-		k := windowKey(base, op.user, idx, op.stamps[winPeriod(idx)])
+		k := windowMemKey(op.task, op.user, idx, op.stamps[winPeriod(idx)])
 		keys[idx] = k
 		w := winState{idx: idx, limit: lim[idx], override: ov[idx]}
 		if c := s.counter(k, op.now); c != nil {
@@ -199,17 +222,17 @@ func (s *memoryStore) reserve(_ context.Context, op *reserveOp) (reserveReply, e
 		}
 	}
 	if len(parts) > 0 {
-		s.holds[base+op.holdID] = parts
-		if s.leases[base] == nil {
-			s.leases[base] = map[string]int64{}
+		s.holds[holdKey{op.task, op.holdID}] = parts
+		if s.leases[op.task] == nil {
+			s.leases[op.task] = map[string]int64{}
 		}
-		s.leases[base][op.holdID] = op.leaseUntil
-		if next, ok := s.nextReap[base]; !ok || op.leaseUntil < next {
-			s.nextReap[base] = op.leaseUntil
+		s.leases[op.task][op.holdID] = op.leaseUntil
+		if next, ok := s.nextReap[op.task]; !ok || op.leaseUntil < next {
+			s.nextReap[op.task] = op.leaseUntil
 		}
 	}
 	if op.cph && op.user != "" {
-		k := base + "cph:" + op.user
+		k := memBase(op.task) + "cph:" + op.user
 		ts := s.cph[k]
 		i := 0
 		for i < len(ts) && ts[i] <= op.now-3600000 {
@@ -232,18 +255,18 @@ func (s *memoryStore) settle(_ context.Context, op *settleOp) (settleReply, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(op.now)
-	base := memBase(op.task)
 	var rep settleReply
 	if op.holdID != "" {
-		if _, ok := s.holds[base+op.holdID]; ok {
+		hk := holdKey{op.task, op.holdID}
+		if _, ok := s.holds[hk]; ok {
 			rep.found = true
-			delete(s.holds, base+op.holdID)
-			delete(s.leases[base], op.holdID)
+			delete(s.holds, hk)
+			delete(s.leases[op.task], op.holdID)
 		}
 	}
 	for i, w := range op.wins {
 		u := winUnit(w.idx)
-		k := windowKey(base, op.user, w.idx, w.stamp)
+		k := windowMemKey(op.task, op.user, w.idx, w.stamp)
 		c := s.counter(k, op.now)
 		if rep.found && c != nil {
 			c.r -= op.reserved(u)
@@ -268,7 +291,7 @@ func (s *memoryStore) settle(_ context.Context, op *settleOp) (settleReply, erro
 		for j, th := range op.thresholds {
 			t := th * float64(w.limit)
 			if float64(before) < t && float64(after) >= t {
-				ck := k + ":th:" + formatThreshold(th)
+				ck := claimKey{k, th}
 				if exp, ok := s.claims[ck]; ok && exp > op.now {
 					continue
 				}
@@ -278,7 +301,7 @@ func (s *memoryStore) settle(_ context.Context, op *settleOp) (settleReply, erro
 		}
 	}
 	if op.flagKey != "" {
-		k := base + op.flagKey
+		k := memBase(op.task) + op.flagKey
 		c := s.flags[k]
 		if c == nil || c.exp <= op.now {
 			c = &memCounter{}
@@ -345,14 +368,25 @@ func (s *memoryStore) check(_ context.Context, op *checkOp) (checkReply, error) 
 	defer s.mu.Unlock()
 	rep := checkReply{version: s.ovVer[op.task]}
 	if op.user != "" {
-		for _, f := range [2]string{blockField(op.group, op.user), blockField("*", op.user)} {
-			if b, ok := s.blocksM[f]; ok && (b.exp == 0 || b.exp > op.now) {
-				rep.block = b.json
-				break
-			}
+		if b, ok := s.activeBlock(op.group, op.user, op.now); ok {
+			rep.block = b.json
 		}
 	}
 	return rep, nil
+}
+
+// activeBlock is the block in force at now of user in group or in "*"
+// (s.mu held). The fields are built in a stack buffer, so a lookup
+// allocates nothing.
+func (s *memoryStore) activeBlock(group, user string, now int64) (storedBlock, bool) {
+	var buf [128]byte
+	for _, g := range [2]string{group, "*"} {
+		f := append(append(append(buf[:0], g...), 0), user...)
+		if b, ok := s.blocksM[string(f)]; ok && (b.exp == 0 || b.exp > now) {
+			return b, true
+		}
+	}
+	return storedBlock{}, false
 }
 
 func (s *memoryStore) putBlock(_ context.Context, b Block, evTask string, ev []byte) error {
@@ -409,13 +443,12 @@ func (s *memoryStore) events(_ context.Context, task, log string) ([][]byte, err
 func (s *memoryStore) apply(_ context.Context, task string, now int64, ds []delta, evs [][]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	base := memBase(task)
 	for _, d := range ds {
 		exp := d.expire.UnixMilli()
 		if exp <= now {
 			continue
 		}
-		k := windowKey(base, d.user, d.idx, d.stamp)
+		k := windowMemKey(task, d.user, d.idx, d.stamp)
 		c := s.counter(k, now)
 		if c == nil {
 			c = &memCounter{}
