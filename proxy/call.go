@@ -14,6 +14,7 @@ import (
 
 	"taskgate/config"
 	"taskgate/guard"
+	"taskgate/internal/jsonstr"
 	"taskgate/limits"
 	"taskgate/tasks"
 	"taskgate/trim"
@@ -43,6 +44,7 @@ type call struct {
 	model  string // the body's model as sent by the client
 
 	body             []byte // the body to forward (trimmed, instruction added)
+	raw              []byte // the body as the client sent it (top was read from it)
 	stream           bool
 	clientWantsUsage bool
 	needs            tasks.Needs
@@ -163,7 +165,7 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	c.tokenizer = eps[0].Tokenizer
 
 	// Self-flag instruction, then trim and count.
-	c.body = body
+	c.body, c.raw = body, body
 	if c.task.SelfFlag {
 		var err error
 		switch c.rt {
@@ -538,8 +540,17 @@ func depthExceeds(b []byte, max int) bool {
 	return false
 }
 
-// setModel replaces the body's model with the endpoint's.
-func setModel(body []byte, model string) []byte {
+// setModel replaces the body's model with the endpoint's. at is the model
+// as topFields found it in body (its Index is where its value starts), or
+// a zero Result when body is not the body topFields read (an instruction
+// was added, messages were trimmed): the value is then found again.
+func setModel(body []byte, model string, at gjson.Result) []byte {
+	if end := at.Index + len(at.Raw); at.Index > 0 && end <= len(body) && string(body[at.Index:end]) == at.Raw {
+		out := make([]byte, 0, len(body)-len(at.Raw)+len(model)+8)
+		out = append(out, body[:at.Index]...)
+		out = jsonstr.Append(out, model)
+		return append(out, body[end:]...)
+	}
 	out, err := sjson.SetBytes(body, "model", model)
 	if err != nil {
 		return body

@@ -147,7 +147,11 @@ func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
 	for k, v := range up.ep.Headers {
 		req.Header.Set(k, v)
 	}
-	body := setModel(c.body, up.ep.Model)
+	at := c.top.model
+	if len(c.body) != len(c.raw) || len(c.body) == 0 || &c.body[0] != &c.raw[0] {
+		at = gjson.Result{} // not the body topFields read
+	}
+	body := setModel(c.body, up.ep.Model, at)
 	if c.stream {
 		req.Header.Set("Accept", "text/event-stream")
 		if c.rt.includeUsage && !c.clientWantsUsage {

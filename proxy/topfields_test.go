@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // TestTopFieldsMatchGjson checks that the one-pass read gives what
@@ -29,6 +30,39 @@ func TestTopFieldsMatchGjson(t *testing.T) {
 			if got.Raw != want.Raw || got.Type != want.Type || got.Exists() != want.Exists() {
 				t.Errorf("%s: field %s = %q (%v), gjson.Get %q (%v)", body, name, got.Raw, got.Type, want.Raw, want.Type)
 			}
+		}
+	}
+}
+
+// TestSetModelSplicesWhereTopFieldsFoundIt checks that replacing the model
+// at the place the one-pass read found it gives what sjson gives (the model
+// replaced, every other byte kept), and that a stale place falls back to
+// sjson.
+func TestSetModelSplicesWhereTopFieldsFoundIt(t *testing.T) {
+	for _, tc := range []struct{ body, model string }{
+		{`{"model":"app.task","messages":[]}`, "gpt-4o-mini"},
+		{` { "messages" : [ {"model":"inner"} ] , "model" : "app.task" } `, "m"},
+		{`{"model":"first","model":"second"}`, "real"},
+		{`{"model":"a\"b\u00e9","stream":true}`, "quote\"and\u2028 and é"},
+		{`{"messages":[]}`, "added"},
+	} {
+		var f topFields
+		f.read([]byte(tc.body))
+		if f.model.Exists() && f.model.Index == 0 {
+			t.Errorf("%s: the one-pass read gave no place for the model", tc.body)
+		}
+		got := setModel([]byte(tc.body), tc.model, f.model)
+		want, _ := sjson.SetBytes([]byte(tc.body), "model", tc.model)
+		if string(got) != string(want) {
+			t.Errorf("%s: spliced %s, sjson %s", tc.body, got, want)
+		}
+		if m := gjson.GetBytes(got, "model").Str; m != tc.model {
+			t.Errorf("%s: model now %q, want %q", tc.body, m, tc.model)
+		}
+		// A place read from another body: found again, not spliced.
+		stale := setModel([]byte(`{"x":1,`+tc.body[1:]), tc.model, f.model)
+		if m := gjson.GetBytes(stale, "model").Str; m != tc.model {
+			t.Errorf("%s with a stale place: model %q, want %q (%s)", tc.body, m, tc.model, stale)
 		}
 	}
 }
