@@ -268,6 +268,10 @@ func (c *call) setHeaders(fc *fiber.Ctx) {
 	// normalizing on every call.
 	h := &fc.Response().Header
 	set := func(k, v string) { h.SetCanonical([]byte(k), []byte(v)) }
+	// Numbers are formatted into a stack buffer (SetCanonical copies).
+	var nb [24]byte
+	num := func(k string, v int64) { h.SetCanonical([]byte(k), strconv.AppendInt(nb[:0], v, 10)) }
+	reset := func(k string, d time.Duration) { h.SetCanonical([]byte(k), appendReset(nb[:0], d)) }
 	if c.task != nil {
 		set("X-Taskgate-Task", c.task.Key)
 	}
@@ -275,27 +279,31 @@ func (c *call) setHeaders(fc *fiber.Ctx) {
 		set("X-Taskgate-Endpoint", c.served.ep.Name)
 	}
 	if c.trimmed > 0 {
-		set("X-Taskgate-Trimmed", itoa(int64(c.trimmed)))
+		num("X-Taskgate-Trimmed", int64(c.trimmed))
 	}
 	if t := c.decision.Requests; t != nil {
-		set("X-Ratelimit-Limit-Requests", itoa(t.Limit))
-		set("X-Ratelimit-Remaining-Requests", itoa(t.Remaining))
-		set("X-Ratelimit-Reset-Requests", resetString(t.Reset))
+		num("X-Ratelimit-Limit-Requests", t.Limit)
+		num("X-Ratelimit-Remaining-Requests", t.Remaining)
+		reset("X-Ratelimit-Reset-Requests", t.Reset)
 	}
 	if t := c.decision.Tokens; t != nil {
-		set("X-Ratelimit-Limit-Tokens", itoa(t.Limit))
-		set("X-Ratelimit-Remaining-Tokens", itoa(t.Remaining))
-		set("X-Ratelimit-Reset-Tokens", resetString(t.Reset))
+		num("X-Ratelimit-Limit-Tokens", t.Limit)
+		num("X-Ratelimit-Remaining-Tokens", t.Remaining)
+		reset("X-Ratelimit-Reset-Tokens", t.Reset)
 	}
 }
 
-// resetString renders a duration rounded up to the second: 1s, 6m0s, 20h4m3s.
-func resetString(d time.Duration) string {
-	if d < time.Second {
-		d = time.Second
+// appendReset appends a duration rounded up to the second, as
+// time.Duration.String writes it: 1s, 6m0s, 20h4m3s.
+func appendReset(dst []byte, d time.Duration) []byte {
+	s := int64((max(d, time.Second) + time.Second - 1) / time.Second)
+	if h := s / 3600; h > 0 {
+		dst = append(strconv.AppendInt(dst, h, 10), 'h')
 	}
-	d = (d + time.Second - 1).Truncate(time.Second)
-	return d.String()
+	if s >= 60 {
+		dst = append(strconv.AppendInt(dst, s/60%60, 10), 'm')
+	}
+	return append(strconv.AppendInt(dst, s%60, 10), 's')
 }
 
 // refuse answers an error; a call that holds a reservation is settled as failed.

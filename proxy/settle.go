@@ -69,7 +69,7 @@ func (c *call) finish() {
 		c.s.log.Warn("flag", "request_id", c.id, "task", taskKey, "user", c.user, "source", c.source)
 	}
 	rec := c.journal(latency, cost)
-	c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, RawDetail: rec.AppendDetail(nil)})
+	c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, RawDetail: rec.AppendDetail(make([]byte, 0, 512))})
 	out := limits.Outcome{Failed: c.failed, Flagged: c.flagged, Events: c.events}
 	if !c.failed {
 		out.Actual = limits.Usage{InputTokens: c.in, OutputTokens: c.out, Money: cost}
