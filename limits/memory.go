@@ -178,7 +178,13 @@ func (s *memoryStore) reserve(_ context.Context, op *reserveOp) (reserveReply, e
 			lim[idx], has[idx], ov[idx] = v, true, true
 		}
 	}
-	rep := reserveReply{status: statusOK}
+	n := 0
+	for idx := range has {
+		if has[idx] {
+			n++
+		}
+	}
+	rep := reserveReply{status: statusOK, windows: make([]winState, 0, n)}
 	var keys [nWindows]memKey
 	for idx := 0; idx < nWindows; idx++ {
 		if !has[idx] || (winIsUser(idx) && op.user == "") {
@@ -202,7 +208,7 @@ func (s *memoryStore) reserve(_ context.Context, op *reserveOp) (reserveReply, e
 	if rep.status == statusRefused {
 		return rep, nil
 	}
-	var parts []memPart
+	parts := make([]memPart, 0, len(rep.windows))
 	for _, w := range rep.windows {
 		k := keys[w.idx]
 		exp := op.now + op.ttls[winPeriod(w.idx)]

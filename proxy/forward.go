@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/tidwall/gjson"
@@ -217,7 +218,8 @@ func (c *call) readUsage(body []byte) {
 		}
 		return
 	}
-	u := gjson.GetBytes(body, "usage")
+	// Read in place (no copy of the body): only numbers are kept.
+	u := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "usage")
 	if !u.IsObject() {
 		return
 	}
