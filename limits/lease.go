@@ -468,19 +468,44 @@ func (l *Limiter) finalizeLater(ls *lease) {
 		l.finalize(ls)
 		return
 	}
-	l.settling.Add(1)
+	done := make(chan struct{})
+	l.bgMu.Lock()
+	l.bg[ls] = done
+	l.bgMu.Unlock()
 	go func() {
 		defer l.wg.Done()
-		defer l.settling.Add(-1)
 		l.finalize(ls)
+		l.bgMu.Lock()
+		delete(l.bg, ls)
+		l.bgMu.Unlock()
+		close(done)
 	}()
 }
 
-// awaitSettling waits (a bounded time) for the leases being settled in the
-// background, so that a read after it sees what they counted.
-func (l *Limiter) awaitSettling() {
-	for deadline := time.Now().Add(5 * time.Second); l.settling.Load() > 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+// awaitSettling waits (at most 5 s) for the leases of task ("": of every
+// task) being settled in the background when it is called, so that a read
+// after it sees what they counted. Settlements begun later are not waited
+// for, so a busy replica answers at once.
+func (l *Limiter) awaitSettling(task string) {
+	var wait []chan struct{}
+	l.bgMu.Lock()
+	for ls, done := range l.bg {
+		if task == "" || ls.hold.task.Key == task {
+			wait = append(wait, done)
+		}
+	}
+	l.bgMu.Unlock()
+	if len(wait) == 0 {
+		return
+	}
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	for _, done := range wait {
+		select {
+		case <-done:
+		case <-t.C:
+			return
+		}
 	}
 }
 
@@ -577,7 +602,7 @@ func (l *Limiter) endLeases(task string, force bool) {
 		}
 	}
 	if force {
-		l.awaitSettling()
+		l.awaitSettling(task)
 	}
 }
 

@@ -221,7 +221,8 @@ type Limiter struct {
 	scopes     map[scopeKey]*leaseScope
 	sweepOnce  sync.Once
 	settleHook atomic.Pointer[SettleHook]
-	settling   atomic.Int64 // leases being settled in the background
+	bgMu       sync.Mutex
+	bg         map[*lease]chan struct{} // leases being settled in the background; closed when done
 }
 
 // New returns a Limiter.
@@ -245,6 +246,7 @@ func New(opts Options) *Limiter {
 		l.clock = time.Now
 	}
 	l.scopes = map[scopeKey]*leaseScope{}
+	l.bg = map[*lease]chan struct{}{}
 	l.leasing = !opts.NoLeases && !l.InProcess()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
