@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 
@@ -288,7 +287,7 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 		return Decision{}, false, nil
 	}
 	gop := *op
-	gop.holdID = l.id + ":L" + strconv.FormatUint(l.seq.Add(1), 36)
+	gop.holdID = l.holdID("L")
 	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
 	gop.leaseUntil = op.leaseUntil + leaseLife.Milliseconds()
 	rep, err := l.store.reserve(ctx, &gop)

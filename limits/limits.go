@@ -298,7 +298,6 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 		group:      c.Task.BlockGroup,
 		now:        now.UnixMilli(),
 		leaseUntil: now.Add(lease).UnixMilli(),
-		holdID:     l.id + ":" + strconv.FormatUint(l.seq.Add(1), 36),
 		requests:   1,
 		tokens:     max(c.Estimate.Tokens(), 0),
 		money:      max(c.Estimate.Money, 0),
@@ -330,6 +329,9 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 			}
 		}
 	}
+	// A call reserved on its own has a hold of its own (one served from a
+	// lease shares the lease's).
+	op.holdID = l.holdID("")
 	if l.degraded.Load() {
 		rep, local, err = l.reserveLocal(ctx, &op)
 	} else if rep, err = l.store.reserve(ctx, &op); err != nil {
@@ -365,6 +367,12 @@ func (l *Limiter) storeFailed(ctx context.Context, task string, err error) error
 	}
 	l.enterDegraded()
 	return nil
+}
+
+// holdID is a new hold id, unique across replicas: "<replica>:<kind><n>"
+// (kind "L" for a lease, "" for a call).
+func (l *Limiter) holdID(kind string) string {
+	return l.id + ":" + kind + strconv.FormatUint(l.seq.Add(1), 36)
 }
 
 func (l *Limiter) reserveLocal(ctx context.Context, op *reserveOp) (reserveReply, bool, error) {

@@ -9,6 +9,7 @@ import (
 	"taskgate/config"
 	"taskgate/guard"
 	"taskgate/limits"
+	"taskgate/tasks"
 	"taskgate/trim"
 )
 
@@ -74,26 +75,31 @@ func (c *call) finish() {
 	if !c.failed {
 		out.Actual = limits.Usage{InputTokens: c.in, OutputTokens: c.out, Money: cost}
 	}
-	hold, task, user := c.hold, c.task, c.user
-	c.s.pending.Add(1)
-	settle := func() {
-		defer c.s.pending.Done()
-		t0 := time.Now()
-		// No deadline of its own: the store bounds its round trips (store.timeout).
-		res, err := c.s.lim.Settle(context.Background(), hold, out)
-		c.s.mc.settleDur.Observe(time.Since(t0).Seconds())
-		if err != nil {
-			c.s.m.StoreErrors.WithLabelValues("settle").Inc()
-			c.s.log.Error("settle failed", "request_id", c.id, "task", task.Key, "err", err)
-			return
-		}
-		c.s.signalSettlement(task.Key, user, task.Watchers, res)
-	}
-	if c.s.lim.InProcess() || (hold.Leased() && !c.flagged) {
-		settle() // microseconds, no round trip: cheaper than waking a worker
+	if c.s.lim.InProcess() || (c.hold.Leased() && !c.flagged) {
+		// Microseconds, no round trip: cheaper than waking a worker.
+		c.s.pending.Add(1)
+		c.s.settle(c.id, c.task, c.user, c.hold, out)
 		return
 	}
-	c.s.workers.run(settle)
+	id, hold, task, user := c.id, c.hold, c.task, c.user
+	c.s.pending.Add(1)
+	c.s.workers.run(func() { c.s.settle(id, task, user, hold, out) })
+}
+
+// settle settles one call's hold and signals what the settlement found; it
+// ends one pending settlement.
+func (s *Server) settle(id string, task *tasks.Task, user string, hold *limits.Hold, out limits.Outcome) {
+	defer s.pending.Done()
+	t0 := time.Now()
+	// No deadline of its own: the store bounds its round trips (store.timeout).
+	res, err := s.lim.Settle(context.Background(), hold, out)
+	s.mc.settleDur.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		s.m.StoreErrors.WithLabelValues("settle").Inc()
+		s.log.Error("settle failed", "request_id", id, "task", task.Key, "err", err)
+		return
+	}
+	s.signalSettlement(task.Key, user, task.Watchers, res)
 }
 
 // signalSettlement tells watchers of crossed thresholds and logs auto-blocks.
