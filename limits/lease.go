@@ -72,6 +72,12 @@ type lease struct {
 	events, calls                   [][]byte
 }
 
+// sizedFor reports whether op's estimate is within the lease's share a
+// call (what it reserved divided by its calls).
+func (ls *lease) sizedFor(op *reserveOp) bool {
+	return op.tokens*ls.reqs <= ls.tokens && op.money*ls.reqs <= ls.money
+}
+
 // fits reports whether a call of op's estimate fits in what is left.
 func (ls *lease) fits(op *reserveOp) bool {
 	return ls.usedReqs+1 <= ls.reqs && ls.usedTokens+op.tokens <= ls.tokens && ls.usedMoney+op.money <= ls.money
@@ -254,6 +260,12 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 			d := l.admit(c, now, pw, op, ls)
 			sc.mu.Unlock()
 			return d, true, nil
+		}
+		if !ls.ended && ls.version == chk.version && !ls.sizedFor(op) {
+			// A call larger than the lease's share a call: on its own, and
+			// the lease goes on serving the calls it was sized for.
+			sc.mu.Unlock()
+			return Decision{}, false, nil
 		}
 		// Used up, or granted under overrides that have changed: this lease
 		// is over; the next try grants another (reading the overrides anew).

@@ -363,3 +363,32 @@ func TestLeasesFailOpen(t *testing.T) {
 		return r.Used == calls && tk.Used == tokens
 	})
 }
+
+// TestLeaseKeepsServingAroundALargerCall: a call whose estimate is far above
+// what a busy scope's lease was sized for is reserved on its own, and the
+// lease goes on serving the calls it was sized for.
+func TestLeaseKeepsServingAroundALargerCall(t *testing.T) {
+	ls, _ := redisReplicas(t, 1, Options{})
+	l := ls[0]
+	task := bigTask("lease.sizes")
+	small := Call{Task: task, User: "fay", Estimate: Usage{InputTokens: 10, Money: 5}}
+	var cur *lease
+	for i := 0; i < 40 && cur == nil; i++ {
+		d := mustReserve(t, l, small)
+		cur = d.Hold.lease
+		mustSettle(t, l, d.Hold, Outcome{Actual: Usage{InputTokens: 10, Money: 5}})
+	}
+	if cur == nil {
+		t.Fatal("no lease taken")
+	}
+	big := mustReserve(t, l, Call{Task: task, User: "fay", Estimate: Usage{InputTokens: 100_000, Money: 5}})
+	if big.Hold == nil || big.Hold.lease != nil {
+		t.Fatalf("a call 10,000 times the lease's share: hold %v, leased %v", big.Hold != nil, big.Hold != nil && big.Hold.lease != nil)
+	}
+	mustSettle(t, l, big.Hold, Outcome{Actual: Usage{InputTokens: 100_000, Money: 5}})
+	d := mustReserve(t, l, small)
+	if d.Hold.lease != cur {
+		t.Error("the lease stopped serving after a larger call")
+	}
+	mustSettle(t, l, d.Hold, Outcome{Actual: Usage{InputTokens: 10, Money: 5}})
+}
