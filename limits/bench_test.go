@@ -95,17 +95,21 @@ func gatewayOutcome(i int) Outcome {
 }
 
 // BenchmarkGatewayCall is the limit work of one plain call of the
-// end-to-end benchmark: Reserve, then Settle with one "call" event.
+// end-to-end benchmark: Reserve, then Settle with one "call" event. One
+// user calling back to back is busy enough for leases; redis-per-call has
+// them off (two scripts a call).
 func BenchmarkGatewayCall(b *testing.B) {
 	for _, k := range []struct {
-		name string
-		st   func(b *testing.B) Store
+		name     string
+		st       func(b *testing.B) Store
+		noLeases bool
 	}{
-		{"memory", func(*testing.B) Store { return NewMemoryStore() }},
-		{"redis", func(b *testing.B) Store { return newRedis(b, redistest.URL(b), time.Second) }},
+		{"memory", func(*testing.B) Store { return NewMemoryStore() }, false},
+		{"redis", func(b *testing.B) Store { return newRedis(b, redistest.URL(b), time.Second) }, false},
+		{"redis-per-call", func(b *testing.B) Store { return newRedis(b, redistest.URL(b), time.Second) }, true},
 	} {
 		b.Run(k.name, func(b *testing.B) {
-			l := New(Options{Store: k.st(b)})
+			l := New(Options{Store: k.st(b), NoLeases: k.noLeases})
 			task := gatewayTask("bench.chat")
 			call := Call{Task: task, User: "bench-user", Estimate: Usage{InputTokens: 12, OutputTokens: 200, Money: 150}}
 			b.ReportAllocs()
@@ -125,12 +129,21 @@ func BenchmarkGatewayCall(b *testing.B) {
 
 // BenchmarkGatewayCallConcurrent runs the same as the proxy does, on
 // Redis: 32 goroutines (the end-to-end benchmark's connections) each
-// reserve a call and settle it in a goroutine of its own, without waiting.
-// Besides time, it reports round trips, this process's CPU and
-// redis-server's CPU per call.
+// reserve a call and settle it in a goroutine of its own, without waiting,
+// with leases and without. Besides time, it reports round trips, this
+// process's CPU and redis-server's CPU per call.
 func BenchmarkGatewayCallConcurrent(b *testing.B) {
+	for _, mode := range []struct {
+		name     string
+		noLeases bool
+	}{{"leases", false}, {"per-call", true}} {
+		b.Run(mode.name, func(b *testing.B) { gatewayCallConcurrent(b, mode.noLeases) })
+	}
+}
+
+func gatewayCallConcurrent(b *testing.B, noLeases bool) {
 	s := newRedis(b, redistest.URL(b), time.Second)
-	l := New(Options{Store: s})
+	l := New(Options{Store: s, NoLeases: noLeases})
 	task := gatewayTask("bench.chat")
 	call := Call{Task: task, User: "bench-user", Estimate: Usage{InputTokens: 12, OutputTokens: 200, Money: 150}}
 	var settles sync.WaitGroup
