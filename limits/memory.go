@@ -186,6 +186,7 @@ func (s *memoryStore) reserve(_ context.Context, op *reserveOp) (reserveReply, e
 	}
 	rep := reserveReply{status: statusOK, windows: make([]winState, 0, n)}
 	var keys [nWindows]memKey
+	var ctrs [nWindows]*memCounter // found by the check, so as not to look them up again
 	for idx := 0; idx < nWindows; idx++ {
 		if !has[idx] || (winIsUser(idx) && op.user == "") {
 			continue
@@ -195,6 +196,7 @@ func (s *memoryStore) reserve(_ context.Context, op *reserveOp) (reserveReply, e
 		w := winState{idx: idx, limit: lim[idx], override: ov[idx]}
 		if c := s.counter(k, op.now); c != nil {
 			w.used, w.reserved = c.u, c.r
+			ctrs[idx] = c
 		}
 		if w.limit <= 0 || w.used+w.reserved+op.amount(winUnit(idx)) > w.limit {
 			rep.status = statusRefused
@@ -212,7 +214,7 @@ func (s *memoryStore) reserve(_ context.Context, op *reserveOp) (reserveReply, e
 	for _, w := range rep.windows {
 		k := keys[w.idx]
 		exp := op.now + op.ttls[winPeriod(w.idx)]
-		c := s.counter(k, op.now)
+		c := ctrs[w.idx]
 		a := op.amount(winUnit(w.idx))
 		if c == nil {
 			if a == 0 {
