@@ -101,7 +101,7 @@ func (l *Limiter) scope(task, user string) *leaseScope {
 	return sc
 }
 
-// leasable reports whether c may be served from leases.
+// leasable reports whether the call of op may be served from a lease.
 func (l *Limiter) leasable(op *reserveOp) bool {
 	return l.leasing && !op.cph && !l.degraded.Load()
 }
