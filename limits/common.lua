@@ -34,30 +34,34 @@ end
 local function unitOf(idx) return math.floor((idx - 1) / 4) % 3 + 1 end
 local function periodOf(idx) return (idx - 1) % 4 + 1 end
 
+-- release takes a hold's amounts off its windows' totals (t: settled +
+-- reserved; and l, what leases hold, for a replica's lease, hold id
+-- '<replica>:L<n>'), where the windows still exist, and forgets the hold.
+-- It reports whether there was such a hold. The caller removes the id from
+-- <base>leases.
+local function release(base, id)
+  local holds = base .. 'holds'
+  local rec = redis.call('HGET', holds, id)
+  if not rec then return false end
+  local h = cjson.decode(rec)
+  local leased = string.find(id, ':L', 1, true)
+  for i = 1, #h, 2 do
+    if redis.call('EXISTS', h[i]) == 1 then
+      redis.call('HINCRBY', h[i], 't', '-' .. h[i + 1])
+      if leased then redis.call('HINCRBY', h[i], 'l', '-' .. h[i + 1]) end
+    end
+  end
+  redis.call('HDEL', holds, id)
+  return true
+end
+
 -- reap releases up to max holds of one task whose lease ended at or before
--- now: each held amount is taken off its window's total (t: settled +
--- reserved; when the window still exists), and off its leased amount (l)
--- for a replica's lease (hold id '<replica>:L<n>'), and the hold is
--- forgotten.
+-- now.
 local function reap(base, now, max)
   local leases = base .. 'leases'
   local ids = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, max)
   if #ids == 0 then return 0 end
-  local holds = base .. 'holds'
-  for _, id in ipairs(ids) do
-    local rec = redis.call('HGET', holds, id)
-    if rec then
-      local h = cjson.decode(rec)
-      local leased = string.find(id, ':L', 1, true)
-      for i = 1, #h, 2 do
-        if redis.call('EXISTS', h[i]) == 1 then
-          redis.call('HINCRBY', h[i], 't', '-' .. h[i + 1])
-          if leased then redis.call('HINCRBY', h[i], 'l', '-' .. h[i + 1]) end
-        end
-      end
-      redis.call('HDEL', holds, id)
-    end
-  end
+  for _, id in ipairs(ids) do release(base, id) end
   redis.call('ZREM', leases, unpack(ids))
   return #ids
 end

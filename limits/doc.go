@@ -78,7 +78,8 @@
 // Under on_error: fail_open, a Reserve whose store fails is served from an
 // in-process memory store (Degraded reports true), and the usage settled
 // meanwhile is remembered and added into the store, with the events, once
-// it answers again (a background loop pings it with backoff). Blocks and
+// it answers again (a background loop pings it with backoff); the same
+// script releases the store's holds whose settlement did not reach it. Blocks and
 // overrides are not enforced while degraded. Under fail_closed, Reserve
 // returns ErrStoreUnavailable.
 //

@@ -8,8 +8,9 @@ import (
 // pendingTask is what was counted locally for one task while the store was
 // unreachable, waiting to be added into the store.
 type pendingTask struct {
-	ds  map[deltaKey]*delta
-	evs [][]byte // oldest first
+	ds    map[deltaKey]*delta
+	evs   [][]byte // oldest first
+	holds []string // store holds whose settlement did not reach the store: released with the counts
 }
 
 type deltaKey struct {
@@ -30,9 +31,11 @@ func (l *Limiter) enterDegraded() {
 	l.startLoop()
 }
 
-// addPending remembers usage and events to add into the store later.
-func (l *Limiter) addPending(task string, ds []delta, evs [][]byte) {
-	if len(ds) == 0 && len(evs) == 0 {
+// addPending remembers usage and events to add into the store later, and
+// the store's hold (if not "") that the settlement of that usage should
+// have released.
+func (l *Limiter) addPending(task string, ds []delta, evs [][]byte, hold string) {
+	if len(ds) == 0 && len(evs) == 0 && hold == "" {
 		return
 	}
 	l.mu.Lock()
@@ -54,6 +57,9 @@ func (l *Limiter) addPending(task string, ds []delta, evs [][]byte) {
 		}
 	}
 	p.evs = append(p.evs, evs...)
+	if hold != "" {
+		p.holds = append(p.holds, hold)
+	}
 	l.mu.Unlock()
 	l.startLoop()
 }
@@ -124,7 +130,7 @@ func (l *Limiter) flush(ctx context.Context) error {
 		for _, d := range p.ds {
 			ds = append(ds, *d)
 		}
-		if err := l.store.apply(ctx, task, now, ds, p.evs); err != nil {
+		if err := l.store.apply(ctx, task, now, ds, p.evs, p.holds); err != nil {
 			if first == nil {
 				first = err
 			}
@@ -138,6 +144,7 @@ func (l *Limiter) flush(ctx context.Context) error {
 					}
 				}
 				p.evs = append(p.evs, cur.evs...)
+				p.holds = append(p.holds, cur.holds...)
 			}
 			l.pending[task] = p
 			l.mu.Unlock()

@@ -662,15 +662,16 @@ func (l *Limiter) settleStore(ctx context.Context, h *Hold, op *settleOp, winOf 
 	case h.local:
 		rep, err = l.local.settle(ctx, op)
 		if err == nil {
-			l.addPending(op.task, op.deltas(), op.pendingEvents())
+			l.addPending(op.task, op.deltas(), op.pendingEvents(), "")
 		}
 	case l.degraded.Load():
-		l.addPending(op.task, op.deltas(), op.pendingEvents())
+		// The hold is in the store: released when the counts are added.
+		l.addPending(op.task, op.deltas(), op.pendingEvents(), op.holdID)
 	default:
 		rep, err = l.store.settle(ctx, op)
 		if err != nil && l.failOpen && ctx.Err() == nil {
 			l.enterDegraded()
-			l.addPending(op.task, op.deltas(), op.pendingEvents())
+			l.addPending(op.task, op.deltas(), op.pendingEvents(), op.holdID)
 			rep, err = settleReply{}, nil
 		}
 	}
@@ -909,13 +910,13 @@ func (l *Limiter) AddEvents(ctx context.Context, evs ...Event) error {
 		// While degraded, events wait to be added with the counts (the
 		// store routes them to their logs by kind).
 		if l.degraded.Load() {
-			l.addPending(k.task, nil, byLog[k])
+			l.addPending(k.task, nil, byLog[k], "")
 			continue
 		}
 		if err := l.store.addEvents(ctx, k.task, k.log, byLog[k]); err != nil {
 			if l.failOpen && ctx.Err() == nil {
 				l.enterDegraded()
-				l.addPending(k.task, nil, byLog[k])
+				l.addPending(k.task, nil, byLog[k], "")
 				continue
 			}
 			return fmt.Errorf("add events of %s: %w", k.task, err)

@@ -130,6 +130,19 @@ func (s *memoryStore) sweep(now int64) {
 	}
 }
 
+// release takes a hold's amounts off its windows' reserved counts, where
+// the windows still exist, and forgets the hold (s.mu held). The caller
+// removes its lease entry.
+func (s *memoryStore) release(task, id string, now int64) {
+	hk := holdKey{task, id}
+	for _, p := range s.holds[hk] {
+		if c := s.counter(p.key, now); c != nil {
+			c.r -= p.amount
+		}
+	}
+	delete(s.holds, hk)
+}
+
 // reap releases the task's holds whose lease ended; it scans the holds only
 // once the earliest lease end seen has passed.
 func (s *memoryStore) reap(task string, now int64) {
@@ -142,13 +155,7 @@ func (s *memoryStore) reap(task string, now int64) {
 			next = min(next, until)
 			continue
 		}
-		hk := holdKey{task, id}
-		for _, p := range s.holds[hk] {
-			if c := s.counter(p.key, now); c != nil {
-				c.r -= p.amount
-			}
-		}
-		delete(s.holds, hk)
+		s.release(task, id, now)
 		delete(s.leases[task], id)
 	}
 	if len(s.leases[task]) == 0 {
@@ -448,7 +455,7 @@ func (s *memoryStore) events(_ context.Context, task, log string) ([][]byte, err
 	return out, nil
 }
 
-func (s *memoryStore) apply(_ context.Context, task string, now int64, ds []delta, evs [][]byte) error {
+func (s *memoryStore) apply(_ context.Context, task string, now int64, ds []delta, evs [][]byte, holds []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range ds {
@@ -471,6 +478,10 @@ func (s *memoryStore) apply(_ context.Context, task string, now int64, ds []delt
 			log = logCalls
 		}
 		s.appendEvents(task, log, [][]byte{ev})
+	}
+	for _, id := range holds {
+		s.release(task, id, now)
+		delete(s.leases[task], id)
 	}
 	return nil
 }

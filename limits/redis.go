@@ -28,7 +28,7 @@ var (
 
 	reserveScript = newLuaScript(commonLua + reserveLua)
 	settleScript  = newLuaScript(commonLua + settleLua)
-	applyScript   = redis.NewScript(applyLua)
+	applyScript   = newLuaScript(commonLua + applyLua)
 )
 
 // RedisOptions configures a RedisStore.
@@ -560,26 +560,43 @@ func (s *RedisStore) events(ctx context.Context, task, log string) ([][]byte, er
 	return out, nil
 }
 
-func (s *RedisStore) apply(ctx context.Context, task string, now int64, ds []delta, evs [][]byte) error {
+func (s *RedisStore) apply(ctx context.Context, task string, now int64, ds []delta, evs [][]byte, holds []string) error {
 	base := s.base(task)
-	args := make([]any, 0, 3+3*len(ds)+len(evs))
-	var n int
+	type counter struct {
+		key         string
+		amount, ttl int64
+	}
+	cs := make([]counter, 0, len(ds))
 	for _, d := range ds {
 		ttl := d.expire.UnixMilli() - now
 		if ttl <= 0 || d.amount == 0 {
 			continue
 		}
-		n++
-		args = append(args, windowKey(base, d.user, d.idx, d.stamp), d.amount, ttl)
+		cs = append(cs, counter{windowKey(base, d.user, d.idx, d.stamp), d.amount, ttl})
 	}
-	if n == 0 && len(evs) == 0 {
+	if len(cs) == 0 && len(evs) == 0 && len(holds) == 0 {
 		return nil
 	}
-	args = append([]any{n, len(evs), eventCap}, args...)
-	for _, e := range evs {
-		args = append(args, e)
+	c := newScriptCmd(applyScript, 7+3*len(cs)+len(evs)+len(holds))
+	c.key(base + logSignals)
+	c.key(base + logCalls)
+	c.num(int64(len(cs)))
+	c.num(int64(len(evs)))
+	c.num(eventCap)
+	c.num(int64(len(holds)))
+	c.str(base)
+	for _, x := range cs {
+		c.str(x.key)
+		c.num(x.amount)
+		c.num(x.ttl)
 	}
-	if err := applyScript.Run(ctx, s.c, []string{base + logSignals, base + logCalls}, args...).Err(); err != nil {
+	for _, e := range evs {
+		c.bytes(e)
+	}
+	for _, id := range holds {
+		c.str(id)
+	}
+	if _, err := runScript(ctx, s.c, c); err != nil {
 		return fmt.Errorf("apply counts of %s: %w", task, err)
 	}
 	return nil

@@ -31,7 +31,7 @@ type Store interface {
 	blocks(ctx context.Context) ([]storedBlock, error)
 	addEvents(ctx context.Context, task, log string, evs [][]byte) error
 	events(ctx context.Context, task, log string) ([][]byte, error)
-	apply(ctx context.Context, task string, now int64, ds []delta, evs [][]byte) error
+	apply(ctx context.Context, task string, now int64, ds []delta, evs [][]byte, holds []string) error
 }
 
 // A task has two capped logs: logSignals for anomalies, flags, blocks and
