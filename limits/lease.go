@@ -356,14 +356,14 @@ func (l *Limiter) admit(c *Call, now time.Time, pw *[nPeriods]periodWin, op *res
 // replaces its estimate in the lease and its events wait for the lease's
 // settlement, which starts (in the background) when the lease has ended
 // and this was its last call in flight. It never waits for the store.
-func (l *Limiter) settleLeased(ctx context.Context, h *Hold, act Usage, evs, calls [][]byte) (SettleResult, error) {
+func (l *Limiter) settleLeased(h *Hold, act Usage, evs, calls [][]byte) {
 	ls := h.lease
 	sc := ls.sc
 	sc.mu.Lock()
 	if ls.done {
 		// Settled already (the Limiter closed): nothing left to add to.
 		sc.mu.Unlock()
-		return SettleResult{}, nil
+		return
 	}
 	ls.usedTokens += act.Tokens() - h.tokens
 	ls.usedMoney += act.Money - h.money
@@ -384,7 +384,6 @@ func (l *Limiter) settleLeased(ctx context.Context, h *Hold, act Usage, evs, cal
 		// for the store; the hook gets the lease's crossings.
 		l.finalizeLater(ls)
 	}
-	return SettleResult{}, nil
 }
 
 // leaseWait bounds how long a call refused only for what leases hold waits

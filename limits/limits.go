@@ -514,7 +514,7 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 	flag := o.Flagged && h.user != ""
 	var res SettleResult
 	if h.lease != nil && !flag {
-		res, err = l.settleLeased(ctx, h, act, events, calls)
+		l.settleLeased(h, act, events, calls)
 	} else {
 		op := settleOp{
 			task:        t.Key,
@@ -538,9 +538,7 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 			// A flagged call served from a lease: its usage goes to the
 			// lease; its flag (which may block the user) and its events
 			// are counted now, by a settle of no hold and no window.
-			if res, err = l.settleLeased(ctx, h, act, nil, nil); err != nil {
-				return res, fmt.Errorf("settle %s: %w", t.Key, err)
-			}
+			l.settleLeased(h, act, nil, nil)
 			op.holdID = ""
 		}
 		if flag {
@@ -548,10 +546,7 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 			op.flagKey = flagKey(h.user, day.stamp)
 			op.flagTTL = settleTTL(now, day.end)
 		}
-		var more SettleResult
-		more, err = l.settleStore(ctx, h, &op, winOf)
-		res.Crossings = append(res.Crossings, more.Crossings...)
-		res.FlagsToday = more.FlagsToday
+		res, err = l.settleStore(ctx, h, &op, winOf)
 	}
 	if err != nil {
 		return SettleResult{}, fmt.Errorf("settle %s: %w", t.Key, err)

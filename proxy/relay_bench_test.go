@@ -34,9 +34,8 @@ func BenchmarkRelayEvent(b *testing.B) {
 	}
 }
 
-// BenchmarkCheckBody measures the request checks every call pays (UTF-8,
-// depth, JSON validity) on a 10 KB chat body.
-func BenchmarkCheckBody(b *testing.B) {
+// chatBody10KB is a chat request of 50 ordinary user messages (about 10 KB).
+func chatBody10KB() []byte {
 	body := []byte(`{"model":"a.b","messages":[`)
 	for i := 0; i < 50; i++ {
 		if i > 0 {
@@ -44,7 +43,13 @@ func BenchmarkCheckBody(b *testing.B) {
 		}
 		body = append(body, `{"role":"user","content":"a fairly ordinary message of about two hundred bytes, with some words, numbers like 12345, and punctuation; enough to look like a real chat turn in a history."}`...)
 	}
-	body = append(body, "]}"...)
+	return append(body, "]}"...)
+}
+
+// BenchmarkCheckBody measures the request checks every call pays (UTF-8,
+// depth, JSON validity) on a 10 KB chat body.
+func BenchmarkCheckBody(b *testing.B) {
+	body := chatBody10KB()
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for i := 0; i < b.N; i++ {

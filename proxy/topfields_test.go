@@ -90,14 +90,7 @@ func TestTopFieldsKeepEveryRouteField(t *testing.T) {
 // them (model, stream, safety_identifier, user, messages, the two output
 // maxima).
 func BenchmarkTopFields(b *testing.B) {
-	body := []byte(`{"model":"a.b","messages":[`)
-	for i := 0; i < 50; i++ {
-		if i > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, `{"role":"user","content":"a fairly ordinary message of about two hundred bytes, with some words, numbers like 12345, and punctuation; enough to look like a real chat turn in a history."}`...)
-	}
-	body = append(body, "]}"...)
+	body := chatBody10KB()
 	fields := []string{"model", "stream", "safety_identifier", "user", "messages", "max_completion_tokens", "max_tokens"}
 	b.Run("one_pass", func(b *testing.B) {
 		b.ReportAllocs()
