@@ -12,10 +12,12 @@ import (
 // stream of calls for one (task, user) reserves a share of the headroom of
 // every window that applies in one reserve script (a lease: an ordinary hold
 // of n requests and n times the call's tokens and money) and admits the
-// calls that fit in it locally. A call served from a lease still makes one
-// round trip, but a plain read with no script: the user's blocks and the
-// task's overrides version (checkOp), so a block or an override made on any
-// replica applies to the very next call, as without leases. The calls'
+// calls that fit in it locally. A call served from a lease still checks
+// the user's blocks and the task's overrides version (checkOp), so a block
+// or an override made on any replica applies to the very next call, as
+// without leases: from the replica's mirror of the blocks hash, which every
+// change reaches before it returns (mirror.go), or, while the mirror is not
+// ready, with a plain read of that hash (one round trip, no script). The calls'
 // actual usage and events are settled together when the lease ends, in one
 // settle script. Leases are granted only far from every limit (a lease takes
 // at most 1/leaseShare of any window's headroom), so no limit is ever passed

@@ -56,6 +56,9 @@ type RedisStore struct {
 	// reserves, settles and checks coalesce concurrent scripts (and the
 	// leased calls' block reads) into pipelines.
 	reserves, settles, checks *scriptBatcher
+	// mirror answers leased calls' checks without a round trip (nil with
+	// Redis Cluster).
+	mirror *blocksMirror
 }
 
 // reserveBatches and settleBatches are how many reserve and settle round
@@ -85,6 +88,9 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	s.reserves = newScriptBatcher(c, reserveBatches, maxBatch)
 	s.checks = newScriptBatcher(c, reserveBatches, maxBatch)
 	c.AddHook(tripHook{&s.trips})
+	if !cluster {
+		s.mirror = newBlocksMirror(s)
+	}
 	return s, nil
 }
 
@@ -105,8 +111,9 @@ func newRedisClient(o RedisOptions) (redis.UniversalClient, bool, error) {
 	// Calls wait on the store while upstream calls and streams are in
 	// flight, so the pool is sized for concurrency, not for CPUs.
 	pool := 64 * runtime.GOMAXPROCS(0)
-	// RESP2: taskgate uses no push notifications (pub/sub, client-side
-	// caching), and with RESP3 go-redis looks for them before every reply.
+	// RESP2: taskgate needs no push notifications (its one subscription,
+	// the blocks mirror's, has a connection of its own), and with RESP3
+	// go-redis looks for them before every reply.
 	const resp = 2
 	switch scheme {
 	case "redis", "rediss", "unix":
@@ -224,8 +231,13 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the client's connections.
-func (s *RedisStore) Close() error { return s.c.Close() }
+// Close stops the blocks mirror and closes the client's connections.
+func (s *RedisStore) Close() error {
+	if s.mirror != nil {
+		s.mirror.close()
+	}
+	return s.c.Close()
+}
 
 func (s *RedisStore) base(task string) string { return s.prefix + "{" + task + "}:" }
 
@@ -435,15 +447,21 @@ func (s *RedisStore) clearOverrides(ctx context.Context, task string) error {
 // replica that reads the new version reads the new overrides too and its
 // leases granted under the old ones stop admitting calls.
 func (s *RedisStore) bumpVersion(ctx context.Context, task string) error {
-	if err := s.c.HIncrBy(ctx, s.blocksKey(), versionField(task), 1).Err(); err != nil {
+	f := versionField(task)
+	if err := s.changeBlocks(ctx, f, func(p redis.Pipeliner) { p.HIncrBy(ctx, s.blocksKey(), f, 1) }); err != nil {
 		return fmt.Errorf("count the change to the overrides of %s: %w", task, err)
 	}
 	return nil
 }
 
-// check reads, in one command, the blocks of op's user and the version of
-// its task's overrides.
+// check answers from the blocks mirror when it is ready, or reads, in one
+// command, the blocks of op's user and the version of its task's overrides.
 func (s *RedisStore) check(ctx context.Context, op *checkOp) (checkReply, error) {
+	if s.mirror != nil {
+		if rep, ok := s.mirror.check(op); ok {
+			return rep, nil
+		}
+	}
 	fields := op.checkFields()
 	n := len(fields)
 	c := newPlainCmd("hmget", 1+n)
@@ -479,14 +497,14 @@ func (s *RedisStore) putBlock(ctx context.Context, b Block, evTask string, ev []
 	if err != nil {
 		return err
 	}
-	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.blocksKey(), blockField(b.Group, b.User), encodeBlockValue(exp, js))
+	f := blockField(b.Group, b.User)
+	err = s.changeBlocks(ctx, f, func(p redis.Pipeliner) {
+		p.HSet(ctx, s.blocksKey(), f, encodeBlockValue(exp, js))
 		if ev != nil {
 			ek := s.base(evTask) + logSignals
 			p.LPush(ctx, ek, ev)
 			p.LTrim(ctx, ek, 0, eventCap-1)
 		}
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("put block: %w", err)
@@ -495,11 +513,12 @@ func (s *RedisStore) putBlock(ctx context.Context, b Block, evTask string, ev []
 }
 
 func (s *RedisStore) deleteBlock(ctx context.Context, user, group string) (bool, error) {
-	n, err := s.c.HDel(ctx, s.blocksKey(), blockField(group, user)).Result()
-	if err != nil {
+	f := blockField(group, user)
+	var del *redis.IntCmd
+	if err := s.changeBlocks(ctx, f, func(p redis.Pipeliner) { del = p.HDel(ctx, s.blocksKey(), f) }); err != nil {
 		return false, fmt.Errorf("delete block: %w", err)
 	}
-	return n == 1, nil
+	return del.Val() == 1, nil
 }
 
 func (s *RedisStore) blocks(ctx context.Context) ([]storedBlock, error) {
