@@ -156,12 +156,41 @@ func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
 	if c.stream {
 		req.Header.Set("Accept", "text/event-stream")
 		if c.rt.includeUsage && !c.clientWantsUsage {
-			if b, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
-				body = b
-			}
+			body = askUsage(body, !c.top.streamOptions.Exists())
 		}
 	}
 	req.SetBodyRaw(body)
+}
+
+// askUsage asks a streamed call's upstream to report usage
+// (stream_options.include_usage). When the body has no stream_options
+// (absent: true), the field is spliced in after the opening brace, with no
+// parse; otherwise sjson sets it.
+func askUsage(body []byte, absent bool) []byte {
+	const field = `"stream_options":{"include_usage":true}`
+	if absent {
+		i := 0
+		for i < len(body) && body[i] != '{' {
+			i++
+		}
+		if i < len(body) {
+			j := i + 1
+			for j < len(body) && (body[j] == ' ' || body[j] == '\t' || body[j] == '\n' || body[j] == '\r') {
+				j++
+			}
+			out := make([]byte, 0, len(body)+len(field)+1)
+			out = append(out, body[:i+1]...)
+			out = append(out, field...)
+			if j < len(body) && body[j] != '}' {
+				out = append(out, ',')
+			}
+			return append(out, body[i+1:]...)
+		}
+	}
+	if b, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
+		return b
+	}
+	return body
 }
 
 // answer relays a plain 2xx answer, settling with its usage.

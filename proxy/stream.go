@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/tidwall/gjson"
@@ -277,13 +278,25 @@ func (c *call) inspect(st *streamState, name, data []byte) ([]byte, bool) {
 	if c.rt == routeResponses {
 		return c.inspectResponses(st, data)
 	}
+	// One pass over the chunk's top level, read in place: the strings
+	// found alias data and are copied (WriteString) before data is reused.
+	var usage, choices gjson.Result
+	gjson.Parse(unsafe.String(unsafe.SliceData(data), len(data))).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "usage":
+			usage = v
+		case "choices":
+			choices = v
+		}
+		return true
+	})
 	var changed []byte
-	if u := gjson.GetBytes(data, "usage"); u.IsObject() {
-		c.in = u.Get("prompt_tokens").Int()
-		c.out = u.Get("completion_tokens").Int()
+	if usage.IsObject() {
+		c.in = usage.Get("prompt_tokens").Int()
+		c.out = usage.Get("completion_tokens").Int()
 		c.haveUsage = true
 		if !c.clientWantsUsage {
-			if ch := gjson.GetBytes(data, "choices"); !ch.IsArray() || ch.Raw == "[]" {
+			if !choices.IsArray() || choices.Raw == "[]" {
 				return nil, true // the usage chunk the gateway asked for
 			}
 			if b, err := sjson.DeleteBytes(data, "usage"); err == nil {
@@ -291,11 +304,11 @@ func (c *call) inspect(st *streamState, name, data []byte) ([]byte, bool) {
 			}
 		}
 	}
-	path := "choices.0.delta.content"
+	path := "0.delta.content"
 	if c.rt == routeCompletions {
-		path = "choices.0.text"
+		path = "0.text"
 	}
-	if t := gjson.GetBytes(data, path); t.Type == gjson.String {
+	if t := choices.Get(path); t.Type == gjson.String {
 		st.text.WriteString(t.Str)
 	}
 	if st.chatStrip != nil {

@@ -113,3 +113,34 @@ func BenchmarkTopFields(b *testing.B) {
 		}
 	})
 }
+
+// TestAskUsage: the upstream is asked for usage whether the body had no
+// stream_options (spliced) or had one (set), and nothing else changes.
+func TestAskUsage(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"{}"}]}`,
+		`{}`,
+		` { } `,
+		"{\n  \"model\": \"m\"\n}",
+		`{"stream_options":{"include_usage":false},"model":"m"}`,
+		`{"model":"m","stream_options":{}}`,
+		`{"stream\u005foptions":{"include_usage":false}}`,
+	} {
+		var top topFields
+		top.read([]byte(body))
+		got := askUsage([]byte(body), !top.streamOptions.Exists())
+		if !gjson.ValidBytes(got) {
+			t.Errorf("%s: not JSON: %s", body, got)
+			continue
+		}
+		if !gjson.GetBytes(got, "stream_options.include_usage").Bool() {
+			t.Errorf("%s: usage not asked for: %s", body, got)
+		}
+		gjson.Parse(body).ForEach(func(k, v gjson.Result) bool {
+			if k.Str != "stream_options" && gjson.GetBytes(got, gjson.Escape(k.Str)).Raw != v.Raw {
+				t.Errorf("%s: field %s changed: %s", body, k.Str, got)
+			}
+			return true
+		})
+	}
+}
