@@ -304,6 +304,7 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 	gop.holdID = l.holdID("L")
 	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
 	gop.leaseUntil = op.leaseUntil + leaseLife.Milliseconds()
+	gop.setTTLs(now, pw)
 	rep, err := l.store.reserve(ctx, &gop)
 	if err != nil {
 		return Decision{}, false, err

@@ -216,7 +216,9 @@ type Limiter struct {
 	stopOnce   sync.Once
 	wg         sync.WaitGroup
 
-	leasing    bool // calls of busy scopes may be served from leases
+	leasing    bool     // calls of busy scopes may be served from leases
+	limitArgs  sync.Map // limitsKey → []limitArg
+	limitArgsN atomic.Int64
 	scopeMu    sync.RWMutex
 	scopes     map[scopeKey]*leaseScope
 	sweepOnce  sync.Once
@@ -264,6 +266,34 @@ func (l *Limiter) Location() *time.Location { return l.loc }
 
 // configLimits lists a task's config limits as store arguments; user
 // windows only when there is a user.
+// configLimits returns the config limits of t that apply to a call with
+// or without a user, worked out once per task (the same slice each call:
+// callers only read it).
+func (l *Limiter) configLimits(t *tasks.Task, user string) []limitArg {
+	k := limitsKey{t, user != ""}
+	if v, ok := l.limitArgs.Load(k); ok {
+		return v.([]limitArg)
+	}
+	out := configLimits(t, user)
+	if l.limitArgsN.Add(1) > maxLimitArgs {
+		// Tasks of many reloads: start again rather than keep them all.
+		l.limitArgs.Clear()
+		l.limitArgsN.Store(1)
+	}
+	l.limitArgs.Store(k, out)
+	return out
+}
+
+// limitsKey names the config limits of a task for calls with or without a user.
+type limitsKey struct {
+	t    *tasks.Task
+	user bool
+}
+
+// maxLimitArgs bounds the tasks whose config limits are kept.
+const maxLimitArgs = 4096
+
+// configLimits lists the config limits of t that apply to a call of user.
 func configLimits(t *tasks.Task, user string) []limitArg {
 	out := make([]limitArg, 0, len(t.Limits))
 	for _, lim := range t.Limits {
@@ -302,14 +332,13 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 		tokens:     max(c.Estimate.Tokens(), 0),
 		money:      max(c.Estimate.Money, 0),
 		cph:        c.Task.MaxCallsPerHour > 0 && c.User != "",
-		limits:     configLimits(c.Task, c.User),
+		limits:     l.configLimits(c.Task, c.User),
 	}
 	if op.group == "" {
 		op.group = c.Task.Key
 	}
 	for i := range pw {
 		op.stamps[i] = pw[i].stamp
-		op.ttls[i] = keyTTL(now, pw[i].end)
 	}
 	var (
 		rep   reserveReply
@@ -332,6 +361,7 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 	// A call reserved on its own has a hold of its own (one served from a
 	// lease shares the lease's).
 	op.holdID = l.holdID("")
+	op.setTTLs(now, pw)
 	if l.degraded.Load() {
 		rep, local, err = l.reserveLocal(ctx, &op)
 	} else if rep, err = l.store.reserve(ctx, &op); err != nil {

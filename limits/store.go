@@ -198,7 +198,7 @@ type reserveOp struct {
 	money      int64
 	cph        bool // keep the sliding-hour call count
 	stamps     [nPeriods]string
-	ttls       [nPeriods]int64 // ms
+	ttls       [nPeriods]int64 // ms; set by setTTLs before the op goes to a store
 	limits     []limitArg      // config limits that apply (user ones only with a user)
 }
 
@@ -342,3 +342,10 @@ var (
 	thresholdMu  sync.RWMutex
 	thresholdStr = map[float64]string{}
 )
+
+// setTTLs sets the TTLs the op's window keys get (per period, with jitter).
+func (op *reserveOp) setTTLs(now time.Time, pw *[nPeriods]periodWin) {
+	for i := range pw {
+		op.ttls[i] = keyTTL(now, pw[i].end)
+	}
+}
