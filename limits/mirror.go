@@ -276,3 +276,9 @@ func (s *RedisStore) changeBlocks(ctx context.Context, field string, write func(
 	}
 	return s.mirror.change(ctx, field, write)
 }
+
+// MirrorReady reports whether calls served from leases check blocks and
+// overrides in this replica's mirror (true) or read them from Redis
+// (false: not started, not subscribed, loading, or Redis Cluster). For
+// tests and diagnostics.
+func (s *RedisStore) MirrorReady() bool { return s.mirror != nil && s.mirror.ready.Load() }

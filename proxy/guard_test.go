@@ -18,6 +18,7 @@ import (
 
 	"taskgate/internal/fakeupstream"
 	"taskgate/internal/redistest"
+	"taskgate/limits"
 )
 
 const guardConfig = baseConfig + `
@@ -332,4 +333,59 @@ func TestDeadWebhookDoesNotSlowCalls(t *testing.T) {
 	if slowest > time.Second {
 		t.Errorf("a call took %v while the webhook hangs", slowest)
 	}
+}
+
+// TestBlockReachesABusyUserOnAnotherReplicaAtOnce: a user busy enough to be
+// served from leases on one replica, whose blocks that replica reads from
+// its mirror, is blocked on the very next call after another replica's
+// admin API blocked them, and served again on the next call after the
+// unblock.
+func TestBlockReachesABusyUserOnAnotherReplicaAtOnce(t *testing.T) {
+	url, prefix := redistest.URL(t), redistest.Prefix(t)
+	e := newEnv(t, limitedConfig, envOptions{redisURL: url, prefix: prefix})
+	e2 := newEnv(t, limitedConfig, envOptions{redisURL: url, prefix: prefix})
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := e.sdk(testKey, option.WithHTTPClient(&http.Client{Transport: tr}))
+	user := option.WithHeader("X-Taskgate-User", "hot")
+	call := func() error {
+		_, err := client.Chat.Completions.New(context.Background(), chatParams("app.accounting", "hi"), user)
+		return err
+	}
+	busy := func() {
+		t.Helper()
+		var wg sync.WaitGroup
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 10; i++ {
+					if err := call(); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	busy()
+	rs := e.store.(*limits.RedisStore)
+	waitFor(t, "the blocks mirror", func() bool { busy(); return rs.MirrorReady() })
+
+	busy()
+	if st := e2.admin("POST", "/admin/blocks", `{"user":"hot","group":"*","reason":"runaway loop"}`, nil); st != 201 {
+		t.Fatalf("POST block: %d", st)
+	}
+	var apierr *openai.Error
+	if err := call(); !errors.As(err, &apierr) || apierr.StatusCode != 403 || apierr.Code != "blocked" {
+		t.Fatalf("the call after the block: %v", err)
+	}
+	if st := e2.admin("DELETE", "/admin/blocks?user=hot&group=*", "", nil); st != 204 {
+		t.Fatalf("DELETE block: %d", st)
+	}
+	if err := call(); err != nil {
+		t.Fatalf("the call after the unblock: %v", err)
+	}
+	e.settleAll()
+	e2.settleAll()
 }
