@@ -93,9 +93,10 @@ func (r *results) figures(rate int) []figure {
 	pair("gateway CPU per plain call", "cpu.sat.plain.*", "ms", 3, "<=", 0.20, true)
 	pair("gateway CPU per streamed call", "cpu.sat.stream.*", "ms", 3, "<=", 0.35, true)
 	// Round trips as redis-server sees them: its read events (a pipeline
-	// is one). With leases a busy user's call makes one read and shares a
-	// lease's two scripts; without (store.leases: false) it runs exactly
-	// two scripts, reserve and settle.
+	// is one). With leases a busy user's call makes none of its own (its
+	// replica's blocks mirror answers its check) and shares a lease's two
+	// scripts; without (store.leases: false) it runs exactly two scripts,
+	// reserve and settle.
 	one("store round trips per plain call (Redis read events)", "store.reads.open.plain", "", 2, "<=", 2)
 	one("store round trips per streamed call (Redis read events)", "store.reads.open.stream", "", 2, "<=", 2)
 	one("a fresh ~100 KB prompt adds (vs a short one)", "long.vsshort", "ms", 2, "<=", 8)
