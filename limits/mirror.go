@@ -43,9 +43,10 @@ type blocksMirror struct {
 	done      chan struct{}
 	ps        atomic.Pointer[redis.PubSub] // the current subscription
 
-	ready  atomic.Bool // fields is the hash as Redis has it, and kept so
-	mu     sync.RWMutex
-	fields map[string]string
+	ready    atomic.Bool // fields is the hash as Redis has it, and kept so
+	disabled atomic.Bool // Redis denied the channel (ACL): no mirror, ever
+	mu       sync.RWMutex
+	fields   map[string]string
 }
 
 // Mirror timing: how long a quiet subscription waits before it pings, how
@@ -78,7 +79,9 @@ func newBlocksMirror(s *RedisStore) *blocksMirror {
 // ready (it is started on the first call).
 func (m *blocksMirror) check(op *checkOp) (rep checkReply, ok bool) {
 	if !m.ready.Load() {
-		m.startOnce.Do(func() { go m.run() })
+		if !m.disabled.Load() {
+			m.startOnce.Do(func() { go m.run() })
+		}
 		return rep, false
 	}
 	fields := op.checkFields()
@@ -116,7 +119,7 @@ func (m *blocksMirror) close() {
 func (m *blocksMirror) run() {
 	defer close(m.done)
 	wait := mirrorRetryFirst
-	for m.ctx.Err() == nil {
+	for m.ctx.Err() == nil && !m.disabled.Load() {
 		loaded := m.follow()
 		m.ready.Store(false)
 		if loaded {
@@ -155,6 +158,9 @@ func (m *blocksMirror) follow() (loaded bool) {
 				}
 				pinged = true
 				continue
+			}
+			if isNoPerm(err) {
+				m.disable("subscribe", err)
 			}
 			return loaded
 		}
@@ -229,7 +235,13 @@ func (m *blocksMirror) change(ctx context.Context, field string, write func(p re
 		pub = p.Publish(ctx, m.channel, token+"\n"+field)
 		return nil
 	}); err != nil {
-		return err
+		if pub == nil || pub.Err() == nil || !isNoPerm(pub.Err()) {
+			return err
+		}
+		// This Redis user may not use the channel, so no replica sharing
+		// its credentials can keep a mirror: write without announcing.
+		m.disable("publish", pub.Err())
+		return m.s.writeBlocks(ctx, write)
 	}
 	m.awaitAcks(ctx, token, pub.Val())
 	return nil
@@ -263,18 +275,39 @@ func (m *blocksMirror) awaitAcks(ctx context.Context, token string, n int64) {
 	}
 }
 
+// disable stops the mirror for good: Redis denied its channel to this
+// replica's user (an ACL without channel permissions). Checks then read
+// the blocks hash, as with Redis Cluster.
+func (m *blocksMirror) disable(what string, err error) {
+	if m.disabled.Swap(true) {
+		return
+	}
+	m.ready.Store(false)
+	slog.Warn("limits: Redis denies the blocks channel to this user, so leased calls read blocks from Redis (grant the user the channel "+m.channel+" to avoid the round trip; every replica must use the same Redis user)",
+		"command", what, "error", err.Error())
+}
+
+// isNoPerm reports whether err is Redis refusing a command or channel to
+// the connection's ACL user.
+func isNoPerm(err error) bool { return strings.HasPrefix(err.Error(), "NOPERM") }
+
 // changeBlocks runs write, which changes field of the blocks hash, so that
 // every replica's mirror has the change when it returns (see blocksMirror);
 // without a mirror it just runs write.
 func (s *RedisStore) changeBlocks(ctx context.Context, field string, write func(p redis.Pipeliner)) error {
-	if s.mirror == nil {
-		_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			write(p)
-			return nil
-		})
-		return err
+	if s.mirror == nil || s.mirror.disabled.Load() {
+		return s.writeBlocks(ctx, write)
 	}
 	return s.mirror.change(ctx, field, write)
+}
+
+// writeBlocks runs write's commands in one pipeline.
+func (s *RedisStore) writeBlocks(ctx context.Context, write func(p redis.Pipeliner)) error {
+	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		write(p)
+		return nil
+	})
+	return err
 }
 
 // MirrorReady reports whether calls served from leases check blocks and

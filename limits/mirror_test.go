@@ -195,3 +195,64 @@ func TestMirrorStopsWithTheStore(t *testing.T) {
 		t.Fatal("a closed store's mirror is still ready")
 	}
 }
+
+// TestMirrorOffWhenTheUserMayNotUseTheChannel: a Redis user without channel
+// permissions (Redis 7's default for new ACL users) still blocks and
+// unblocks, every check reads the hash, and the mirror stops trying.
+func TestMirrorOffWhenTheUserMayNotUseTheChannel(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	if err := admin.Do(bg, "acl", "setuser", "tg", "on", ">pw", "~*", "+@all", "-@pubsub", "resetchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewRedisStore(RedisOptions{URL: "redis://tg:pw@" + srv.Addr + "/0", Prefix: "tg:", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	op := checkOp{task: "t", user: "ann", group: "t"}
+	// The change's announcement is refused: the change is made without it.
+	if err := s.putBlock(bg, Block{User: "ann", Group: "*", Reason: "r"}, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if !s.mirror.disabled.Load() {
+		t.Fatal("the mirror goes on after its announcement was refused")
+	}
+	if rep, trip := checkNow(t, s, op); rep.block == nil || !trip {
+		t.Fatalf("blocked %v, read Redis %v; want true, true", rep.block != nil, trip)
+	}
+	if ok, err := s.deleteBlock(bg, "ann", "*"); err != nil || !ok {
+		t.Fatalf("delete block: %v %v", ok, err)
+	}
+	if rep, _ := checkNow(t, s, op); rep.block != nil {
+		t.Fatal("still blocked after the unblock")
+	}
+	if s.MirrorReady() {
+		t.Fatal("a mirror without its channel is ready")
+	}
+}
+
+// TestMirrorGivesUpWhenSubscribingIsRefused: the same, found by the
+// subscription before any change.
+func TestMirrorGivesUpWhenSubscribingIsRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	if err := admin.Do(bg, "acl", "setuser", "tg", "on", ">pw", "~*", "+@all", "resetchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewRedisStore(RedisOptions{URL: "redis://tg:pw@" + srv.Addr + "/0", Prefix: "tg:", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkNow(t, s, checkOp{task: "t"}) // starts the mirror
+	waitFor(t, "the mirror to give up", func() bool { return s.mirror.disabled.Load() })
+	if err := s.putBlock(bg, Block{User: "ann", Group: "*", Reason: "r"}, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if rep, trip := checkNow(t, s, checkOp{task: "t", user: "ann", group: "t"}); rep.block == nil || !trip {
+		t.Fatalf("blocked %v, read Redis %v; want true, true", rep.block != nil, trip)
+	}
+}
