@@ -87,7 +87,7 @@ func (m *blocksMirror) check(op *checkOp) (rep checkReply, ok bool) {
 	fields := op.checkFields()
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if !m.ready.Load() {
+	if !m.ready.Load() || m.disabled.Load() {
 		return rep, false
 	}
 	if v, ok := m.fields[fields[0]]; ok {
@@ -167,7 +167,7 @@ func (m *blocksMirror) follow() (loaded bool) {
 		pinged = false
 		switch msg := msg.(type) {
 		case *redis.Subscription:
-			if msg.Kind != "subscribe" {
+			if msg.Kind != "subscribe" || m.disabled.Load() {
 				return loaded
 			}
 			if err := m.load(); err != nil {
@@ -283,6 +283,9 @@ func (m *blocksMirror) disable(what string, err error) {
 		return
 	}
 	m.ready.Store(false)
+	if ps := m.ps.Load(); ps != nil {
+		_ = ps.Close() // a subscription of its own may still be up: end it
+	}
 	slog.Warn("limits: Redis denies the blocks channel to this user, so leased calls read blocks from Redis (grant the user the channel "+m.channel+" to avoid the round trip; every replica must use the same Redis user)",
 		"command", what, "error", err.Error())
 }
