@@ -264,8 +264,6 @@ func (l *Limiter) Store() Store { return l.store }
 // Location is where the Limiter's days and months begin.
 func (l *Limiter) Location() *time.Location { return l.loc }
 
-// configLimits lists a task's config limits as store arguments; user
-// windows only when there is a user.
 // configLimits returns the config limits of t that apply to a call with
 // or without a user, worked out once per task (the same slice each call:
 // callers only read it).
@@ -293,7 +291,8 @@ type limitsKey struct {
 // maxLimitArgs bounds the tasks whose config limits are kept.
 const maxLimitArgs = 4096
 
-// configLimits lists the config limits of t that apply to a call of user.
+// configLimits lists a task's config limits as store arguments; user
+// windows only when there is a user.
 func configLimits(t *tasks.Task, user string) []limitArg {
 	out := make([]limitArg, 0, len(t.Limits))
 	for _, lim := range t.Limits {
