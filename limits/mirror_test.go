@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -31,20 +32,29 @@ func mirrorStores(t *testing.T, url, prefix string, n int) []*RedisStore {
 // readiness is ready.
 func waitMirror(t *testing.T, s *RedisStore, ready bool) {
 	t.Helper()
-	op := &checkOp{task: "t", now: time.Now().UnixMilli()}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := s.check(bg, op); err != nil && ready {
-			t.Fatal(err)
-		}
-		if s.mirror.ready.Load() == ready {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the mirror's readiness did not become %v", ready)
-		}
-		time.Sleep(5 * time.Millisecond)
+	waitFor(t, fmt.Sprintf("the mirror's readiness to become %v", ready), func() bool {
+		_, _ = s.check(bg, &checkOp{task: "t", now: time.Now().UnixMilli()})
+		return s.mirror.ready.Load() == ready
+	})
+}
+
+// storeAsACLUser opens a store on a Redis of its own as a user made with
+// rules (after "on", a password and "~*").
+func storeAsACLUser(t *testing.T, rules ...any) *RedisStore {
+	t.Helper()
+	srv := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	args := append([]any{"acl", "setuser", "tg", "on", ">pw", "~*"}, rules...)
+	if err := admin.Do(bg, args...).Err(); err != nil {
+		t.Fatal(err)
 	}
+	s, err := NewRedisStore(RedisOptions{URL: "redis://tg:pw@" + srv.Addr + "/0", Prefix: "tg:", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // checkNow checks op on s and reports whether it took a round trip.
@@ -200,17 +210,7 @@ func TestMirrorStopsWithTheStore(t *testing.T) {
 // permissions (Redis 7's default for new ACL users) still blocks and
 // unblocks, every check reads the hash, and the mirror stops trying.
 func TestMirrorOffWhenTheUserMayNotUseTheChannel(t *testing.T) {
-	srv := redistest.Start(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer admin.Close()
-	if err := admin.Do(bg, "acl", "setuser", "tg", "on", ">pw", "~*", "+@all", "-@pubsub", "resetchannels").Err(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewRedisStore(RedisOptions{URL: "redis://tg:pw@" + srv.Addr + "/0", Prefix: "tg:", Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeAsACLUser(t, "+@all", "-@pubsub", "resetchannels")
 	op := checkOp{task: "t", user: "ann", group: "t"}
 	// The change's announcement is refused: the change is made without it.
 	if err := s.putBlock(bg, Block{User: "ann", Group: "*", Reason: "r"}, "", nil); err != nil {
@@ -236,17 +236,7 @@ func TestMirrorOffWhenTheUserMayNotUseTheChannel(t *testing.T) {
 // TestMirrorGivesUpWhenSubscribingIsRefused: the same, found by the
 // subscription before any change.
 func TestMirrorGivesUpWhenSubscribingIsRefused(t *testing.T) {
-	srv := redistest.Start(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer admin.Close()
-	if err := admin.Do(bg, "acl", "setuser", "tg", "on", ">pw", "~*", "+@all", "resetchannels").Err(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewRedisStore(RedisOptions{URL: "redis://tg:pw@" + srv.Addr + "/0", Prefix: "tg:", Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeAsACLUser(t, "+@all", "resetchannels")
 	checkNow(t, s, checkOp{task: "t"}) // starts the mirror
 	waitFor(t, "the mirror to give up", func() bool { return s.mirror.disabled.Load() })
 	if err := s.putBlock(bg, Block{User: "ann", Group: "*", Reason: "r"}, "", nil); err != nil {
