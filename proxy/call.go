@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/tidwall/gjson"
@@ -60,6 +61,7 @@ type call struct {
 	hold      *limits.Hold
 	anomalies []string
 	events    []limits.Event
+	eventBuf  [1]limits.Event // events' first storage: most calls have one event
 
 	// outcome
 	served     *upstream
@@ -77,6 +79,7 @@ type call struct {
 func (s *Server) handler(rt *route) fiber.Handler {
 	return func(fc *fiber.Ctx) error {
 		c := &call{s: s, st: s.state.Load(), rt: rt, id: s.newRequestID(), start: time.Now()}
+		c.events = c.eventBuf[:0]
 		fc.Set("x-request-id", c.id)
 		if e := c.prepare(fc); e != nil {
 			return c.refuse(fc, e)
@@ -98,12 +101,12 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	if e := checkBody(body); e != nil {
 		return e
 	}
-	c.top.read(body)
+	c.top.read(body, c.rt.fieldNeeds)
 	m := c.top.model
 	if m.Exists() && m.Type != gjson.String {
 		return invalidRequest("model", "model must be a string")
 	}
-	c.model = m.Str
+	c.model = strings.Clone(m.Str) // m.Str may view the request body, which fasthttp reuses
 	if st := c.top.stream; st.Exists() {
 		if st.Type != gjson.True && st.Type != gjson.False {
 			return invalidRequest("stream", "stream must be a boolean")
@@ -138,10 +141,7 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	if e := c.routeChecks(); e != nil {
 		return e
 	}
-	c.needs = c.task.Declared
-	if c.rt.detect != nil {
-		c.needs |= c.rt.detect(body)
-	}
+	c.needs = c.task.Declared | c.bodyNeeds(body)
 	eps, missing := c.task.Qualifying(c.needs)
 	if missing != 0 {
 		for _, n := range missing.Names() {
@@ -187,6 +187,18 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 		c.anomaly(guard.KindSource, map[string]any{"source": c.source, "expected": c.task.Sources})
 	}
 	return c.reserve(eps)
+}
+
+// bodyNeeds is what body asks for (DESIGN.md §4), as tasks.DetectChat and
+// DetectResponses find it, from what the top-level read and routeChecks
+// found on their way: no pass of its own.
+func (c *call) bodyNeeds(body []byte) tasks.Needs {
+	n := c.rt.needs | c.top.needs
+	if c.rt == routeChat && c.top.messagesKeys > 1 {
+		// routeChecks read the first messages field; every one counts.
+		n |= tasks.DetectChat(body)
+	}
+	return n
 }
 
 // identifyTask resolves the task per DESIGN §3.
@@ -248,7 +260,7 @@ func (c *call) identifyUser(fc *fiber.Ctx) *apiError {
 			return invalidRequest(f, f+" must be a string")
 		}
 		if v.Str != "" {
-			c.user = v.Str
+			c.user = strings.Clone(v.Str) // it may view the request body
 			return nil
 		}
 	}
@@ -272,7 +284,11 @@ func (c *call) routeChecks() *apiError {
 			}
 			if parts := m.Get("content"); parts.IsArray() && len(parts.Raw) > 0 {
 				k := 0
-				parts.ForEach(func(_, _ gjson.Result) bool { k++; return k <= maxParts })
+				parts.ForEach(func(_, p gjson.Result) bool {
+					k++
+					c.top.needs |= tasks.PartNeeds(p)
+					return k <= maxParts
+				})
 				if k > maxParts {
 					bad = invalidRequest("messages", "a message has more than 1000 content parts")
 					return false
@@ -491,8 +507,18 @@ func bearer(fc *fiber.Ctx) []byte {
 }
 
 // checkBody refuses bodies that are empty, not UTF-8, nested too deeply or
-// not a JSON object.
+// not a JSON object. One pass accepts a good body; the checks that name
+// the problem run only for a bad one.
 func checkBody(body []byte) *apiError {
+	if validObject(body, maxJSONDepth) {
+		return nil
+	}
+	return bodyProblem(body)
+}
+
+// bodyProblem names what is wrong with a body validObject refused, in a
+// fixed order of checks (nil if none finds anything).
+func bodyProblem(body []byte) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return invalidRequest("", "the request body is empty; send a JSON object")
 	}
@@ -572,13 +598,24 @@ func quote(s string) string {
 type topFields struct {
 	model, stream, streamOptions, messages, input, prompt, previousResponseID, n gjson.Result
 	safetyIdentifier, user, maxCompletionTokens, maxTokens, maxOutputTokens      gjson.Result
+
+	needs        tasks.Needs // what the fields ask for (the route's fieldNeeds; routeChecks adds the chat parts')
+	messagesKeys int         // how many messages fields the body has
 }
 
-// read fills f from body, a JSON object already checked valid.
-func (f *topFields) read(body []byte) {
-	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+// read fills f from body, a JSON object already checked valid, with the
+// needs fieldNeeds (if any) finds in the same pass.
+func (f *topFields) read(body []byte, fieldNeeds func(key string, v gjson.Result) tasks.Needs) {
+	root := gjson.Result{Type: gjson.JSON, Raw: unsafe.String(unsafe.SliceData(body), len(body))}
+	root.ForEach(func(k, v gjson.Result) bool {
 		if dst := f.field(k.Str); dst != nil && !dst.Exists() {
 			*dst = v
+		}
+		if k.Str == "messages" {
+			f.messagesKeys++
+		}
+		if fieldNeeds != nil {
+			f.needs |= fieldNeeds(k.Str, v)
 		}
 		return true
 	})

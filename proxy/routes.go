@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/tidwall/gjson"
+
 	"taskgate/tasks"
 	"taskgate/trim"
 )
@@ -9,8 +11,12 @@ import (
 type route struct {
 	name string // for logs: chat, completions, embeddings, responses, images
 	path string // the API path below the base URL, e.g. "/chat/completions"
-	// detect returns the needs the body asks for (nil: none).
-	detect func(body []byte) tasks.Needs
+	// fieldNeeds returns the needs one top-level field of the body asks
+	// for, read in the pass that reads the top level (nil: none). The chat
+	// route's messages are read by routeChecks instead, in its own pass.
+	fieldNeeds func(key string, v gjson.Result) tasks.Needs
+	// needs are what every call of the route needs.
+	needs tasks.Needs
 	// count returns the input tokens of a body that is not trimmed (nil for chat).
 	count func(tokenizer string, body []byte) (int, error)
 	// maxOutput is the body's field(s) stating the output maximum, in order.
@@ -28,9 +34,9 @@ type route struct {
 var (
 	routeChat = &route{
 		name: "chat", path: "/chat/completions",
-		detect:    tasks.DetectChat,
-		maxOutput: []string{"max_completion_tokens", "max_tokens"},
-		streams:   true, includeUsage: true,
+		fieldNeeds: chatFieldNeeds,
+		maxOutput:  []string{"max_completion_tokens", "max_tokens"},
+		streams:    true, includeUsage: true,
 		usageIn: "usage.prompt_tokens", usageOut: "usage.completion_tokens",
 	}
 	routeCompletions = &route{
@@ -48,18 +54,27 @@ var (
 	}
 	routeResponses = &route{
 		name: "responses", path: "/responses",
-		detect:    tasks.DetectResponses,
-		count:     trim.CountResponsesInput,
-		maxOutput: []string{"max_output_tokens"},
-		streams:   true,
-		usageIn:   "usage.input_tokens", usageOut: "usage.output_tokens",
+		fieldNeeds: tasks.ResponsesFieldNeeds,
+		count:      trim.CountResponsesInput,
+		maxOutput:  []string{"max_output_tokens"},
+		streams:    true,
+		usageIn:    "usage.input_tokens", usageOut: "usage.output_tokens",
 	}
 	routeImages = &route{
 		name: "images", path: "/images/generations",
-		detect:   func([]byte) tasks.Needs { return tasks.ImageOutput },
+		needs:    tasks.ImageOutput,
 		noOutput: true,
 	}
 )
+
+// chatFieldNeeds is tasks.ChatFieldNeeds but for messages, whose content
+// parts routeChecks reads as it checks them.
+func chatFieldNeeds(key string, v gjson.Result) tasks.Needs {
+	if key == "messages" {
+		return 0
+	}
+	return tasks.ChatFieldNeeds(key, v)
+}
 
 // routes lists every route that reaches an upstream, with its client path.
 var routes = []struct {

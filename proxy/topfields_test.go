@@ -1,10 +1,15 @@
 package proxy
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"taskgate/tasks"
 )
 
 // TestTopFieldsMatchGjson checks that the one-pass read gives what
@@ -24,7 +29,7 @@ func TestTopFieldsMatchGjson(t *testing.T) {
 	}
 	for _, body := range bodies {
 		var f topFields
-		f.read([]byte(body))
+		f.read([]byte(body), nil)
 		for _, name := range names {
 			got, want := f.get(name), gjson.Get(body, name)
 			if got.Raw != want.Raw || got.Type != want.Type || got.Exists() != want.Exists() {
@@ -47,7 +52,7 @@ func TestSetModelSplicesWhereTopFieldsFoundIt(t *testing.T) {
 		{`{"messages":[]}`, "added"},
 	} {
 		var f topFields
-		f.read([]byte(tc.body))
+		f.read([]byte(tc.body), nil)
 		if f.model.Exists() && f.model.Index == 0 {
 			t.Errorf("%s: the one-pass read gave no place for the model", tc.body)
 		}
@@ -97,7 +102,7 @@ func BenchmarkTopFields(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for range b.N {
 			var f topFields
-			f.read(body)
+			f.read(body, nil)
 			for _, name := range fields {
 				_ = f.get(name)
 			}
@@ -127,7 +132,7 @@ func TestAskUsage(t *testing.T) {
 		`{"stream\u005foptions":{"include_usage":false}}`,
 	} {
 		var top topFields
-		top.read([]byte(body))
+		top.read([]byte(body), nil)
 		got := askUsage([]byte(body), !top.streamOptions.Exists())
 		if !gjson.ValidBytes(got) {
 			t.Errorf("%s: not JSON: %s", body, got)
@@ -143,4 +148,131 @@ func TestAskUsage(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// detectCorpus is the needs-detection corpus of the tasks package, with a
+// few bodies whose duplicate fields the one-pass read must handle.
+func detectCorpus(t testing.TB) [][]byte {
+	files, err := filepath.Glob(filepath.Join("..", "tasks", "testdata", "detect", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("detect corpus: %v (%d files)", err, len(files))
+	}
+	var bodies [][]byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	for _, s := range []string{
+		`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"file","file":{}}]}],"messages":"not an array"}`,
+		`{"tools":[],"tools":[{"type":"function"}],"messages":[{"role":"user","content":"a"}]}`,
+		`{"response_format":{"type":"json_object"},"response_format":{"type":"json_schema"},"messages":[{"role":"user","content":"a"}]}`,
+		`{"modalities":["text","image"],"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"}]}]}`,
+		`{"input":[{"type":"input_image"}],"input":"text","tools":[{"type":"image_generation"}],"text":{"format":{"type":"json_object"}}}`,
+	} {
+		bodies = append(bodies, []byte(s))
+	}
+	return bodies
+}
+
+// oneCallNeeds is what prepare finds body asks for on route rt, and
+// whether the body passes the route's checks (only then do needs count).
+func oneCallNeeds(rt *route, body []byte) (tasks.Needs, bool) {
+	if checkBody(body) != nil {
+		return 0, false
+	}
+	c := &call{rt: rt}
+	c.top.read(body, rt.fieldNeeds)
+	if c.routeChecks() != nil {
+		return 0, false
+	}
+	return c.bodyNeeds(body), true
+}
+
+// TestBodyNeedsMatchDetect checks that the needs prepare finds on its way
+// through the body (the top-level read, routeChecks) are what
+// tasks.DetectChat and DetectResponses find in a pass of their own.
+func TestBodyNeedsMatchDetect(t *testing.T) {
+	checked := 0
+	for _, body := range detectCorpus(t) {
+		for _, tc := range []struct {
+			rt     *route
+			detect func([]byte) tasks.Needs
+		}{{routeChat, tasks.DetectChat}, {routeResponses, tasks.DetectResponses}} {
+			got, ok := oneCallNeeds(tc.rt, body)
+			if !ok {
+				continue
+			}
+			checked++
+			if want := tc.detect(body); got != want {
+				t.Errorf("%s route, %s: needs {%v}, detect finds {%v}", tc.rt.name, body, got, want)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d bodies passed the route checks", checked)
+	}
+}
+
+// FuzzBodyNeedsMatchDetect is TestBodyNeedsMatchDetect on any body.
+func FuzzBodyNeedsMatchDetect(f *testing.F) {
+	for _, b := range detectCorpus(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, tc := range []struct {
+			rt     *route
+			detect func([]byte) tasks.Needs
+		}{{routeChat, tasks.DetectChat}, {routeResponses, tasks.DetectResponses}} {
+			if got, ok := oneCallNeeds(tc.rt, body); ok {
+				if want := tc.detect(body); got != want {
+					t.Errorf("%s route, %q: needs {%v}, detect finds {%v}", tc.rt.name, body, got, want)
+				}
+			}
+		}
+	})
+}
+
+// TestValidObjectAgreesWithTheChecks checks the one-pass validator against
+// the separate checks that name a bad body's problem, on bodies at every
+// edge of JSON's grammar, UTF-8 and the depth limit.
+func TestValidObjectAgreesWithTheChecks(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n) }
+	bodies := []string{
+		``, ` `, `{}`, ` {} `, "\t{\n}\r\n", `[]`, `"s"`, `1`, `null`, `{`, `}`, `{}}`, `{} {}`, `{},`,
+		`{"a":1}`, `{"a":1,}`, `{,"a":1}`, `{"a" 1}`, `{"a":}`, `{a:1}`, `{'a':1}`, `{"a":1 "b":2}`,
+		`{"a":[]}`, `{"a":[1,2,3]}`, `{"a":[1,]}`, `{"a":[,1]}`, `{"a":[1 2]}`, `{"a":[[[]]]}`, `{"a":[}`,
+		`{"n":0}`, `{"n":-0}`, `{"n":01}`, `{"n":-}`, `{"n":1.}`, `{"n":.5}`, `{"n":1.5e10}`, `{"n":1E+2}`,
+		`{"n":1e}`, `{"n":1e-}`, `{"n":+1}`, `{"n":-1.25E-7}`, `{"n":1x}`, `{"n":Infinity}`, `{"n":NaN}`,
+		`{"t":true}`, `{"t":tru}`, `{"t":truee}`, `{"f":false}`, `{"z":null}`, `{"z":nul}`, `{"z":NULL}`,
+		`{"s":"\"\\\/\b\f\n\r\t"}`, `{"s":"\u00e9\uD83D\uDE00"}`, `{"s":"\u12"}`, `{"s":"\u12g4"}`, `{"s":"\x"}`,
+		`{"s":"\'"}`, "{\"s\":\"a\tb\"}", "{\"s\":\"a\x01b\"}", "{\"s\":\"a\x7fb\"}", `{"s":"abc}`, `{"s":"\`,
+		"{\"s\":\"é日本🎉\"}", "{\"s\":\"\xff\"}", "{\"s\":\"\xc3\"}", "{\"s\":\"\xed\xa0\x80\"}", "{\"s\":\"\xf4\x90\x80\x80\"}",
+		"{\"a\":1}\xff", "\xef\xbb\xbf{}", "{\"\xe9\":1}", `{"a":{"b":{"c":[{"d":null}]}}}`,
+		deep(63), deep(64), deep(65), `{"a":` + strings.Repeat("[", 63) + strings.Repeat("]", 63) + `}`,
+		`{"a":` + strings.Repeat("[", 64) + strings.Repeat("]", 64) + `}`,
+		`{"s":"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}`,
+	}
+	for _, b := range bodies {
+		got, want := validObject([]byte(b), maxJSONDepth), bodyProblem([]byte(b)) == nil
+		if got != want {
+			t.Errorf("%q: validObject %v, the checks accept: %v", b, got, want)
+		}
+	}
+}
+
+// FuzzValidObject is TestValidObjectAgreesWithTheChecks on any body.
+func FuzzValidObject(f *testing.F) {
+	for _, b := range detectCorpus(f) {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"a":[1,-2.5e+3,true,false,null,"\u00e9\n"],"b":{}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := validObject(b, maxJSONDepth), bodyProblem(b) == nil; got != want {
+			t.Errorf("%q: validObject %v, the checks accept: %v", b, got, want)
+		}
+	})
 }

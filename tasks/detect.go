@@ -16,42 +16,67 @@ import (
 // shape (or not JSON at all) never panics and yields what could be read.
 func DetectChat(body []byte) Needs {
 	var n Needs
-	eachTop(body, func(key string, v gjson.Result) {
-		switch key {
-		case "messages":
-			if !v.IsArray() {
-				return
-			}
-			v.ForEach(func(_, m gjson.Result) bool {
-				if m.IsObject() {
-					if c := m.Get("content"); c.IsArray() {
-						n |= partNeeds(c)
-					}
-				}
-				return true
-			})
-		case "tools", "functions":
-			if nonEmptyArray(v) {
-				n |= Tools
-			}
-		case "response_format":
-			if v.IsObject() {
-				n |= formatNeeds(v.Get("type"))
-			}
-		case "modalities":
-			if !v.IsArray() {
-				return
-			}
-			v.ForEach(func(_, m gjson.Result) bool {
-				if m.Type == gjson.String && m.Str == "image" {
-					n |= ImageOutput
-					return false
-				}
-				return true
-			})
-		}
-	})
+	eachTop(body, func(key string, v gjson.Result) { n |= ChatFieldNeeds(key, v) })
 	return n
+}
+
+// ChatFieldNeeds returns the needs one top-level field of a chat body asks
+// for; DetectChat is their union over the body's fields. A caller that
+// reads the top level itself uses it to detect in the same pass.
+func ChatFieldNeeds(key string, v gjson.Result) Needs {
+	switch key {
+	case "messages":
+		if !v.IsArray() {
+			return 0
+		}
+		var n Needs
+		v.ForEach(func(_, m gjson.Result) bool {
+			if m.IsObject() {
+				n |= ContentNeeds(m.Get("content"))
+			}
+			return true
+		})
+		return n
+	case "tools", "functions":
+		if nonEmptyArray(v) {
+			return Tools
+		}
+	case "response_format":
+		if v.IsObject() {
+			return formatNeeds(v.Get("type"))
+		}
+	case "modalities":
+		if !v.IsArray() {
+			return 0
+		}
+		var n Needs
+		v.ForEach(func(_, m gjson.Result) bool {
+			if m.Type == gjson.String && m.Str == "image" {
+				n |= ImageOutput
+				return false
+			}
+			return true
+		})
+		return n
+	}
+	return 0
+}
+
+// ContentNeeds returns the needs of a chat message's content: those of its
+// parts when it is an array, none otherwise.
+func ContentNeeds(content gjson.Result) Needs {
+	if !content.IsArray() {
+		return 0
+	}
+	return partNeeds(content)
+}
+
+// PartNeeds returns the needs of one content part (an object with a type).
+func PartNeeds(part gjson.Result) Needs {
+	if !part.IsObject() {
+		return 0
+	}
+	return partType(part.Get("type"))
 }
 
 // DetectResponses returns the needs a /v1/responses body asks for
@@ -64,51 +89,57 @@ func DetectChat(body []byte) Needs {
 // Like DetectChat it never panics on a body of the wrong shape.
 func DetectResponses(body []byte) Needs {
 	var n Needs
-	eachTop(body, func(key string, v gjson.Result) {
-		switch key {
-		case "input":
-			if !v.IsArray() {
-				return
-			}
-			v.ForEach(func(_, item gjson.Result) bool {
-				if !item.IsObject() {
-					return true
-				}
-				item.ForEach(func(k, f gjson.Result) bool {
-					switch k.Str {
-					case "type":
-						n |= partType(f)
-					case "content", "output":
-						if f.IsArray() {
-							n |= partNeeds(f)
-						}
-					}
-					return true
-				})
+	eachTop(body, func(key string, v gjson.Result) { n |= ResponsesFieldNeeds(key, v) })
+	return n
+}
+
+// ResponsesFieldNeeds returns the needs one top-level field of a Responses
+// body asks for; DetectResponses is their union over the body's fields.
+func ResponsesFieldNeeds(key string, v gjson.Result) Needs {
+	var n Needs
+	switch key {
+	case "input":
+		if !v.IsArray() {
+			return 0
+		}
+		v.ForEach(func(_, item gjson.Result) bool {
+			if !item.IsObject() {
 				return true
-			})
-		case "tools":
-			if !nonEmptyArray(v) {
-				return
 			}
-			n |= Tools
-			v.ForEach(func(_, t gjson.Result) bool {
-				if t.IsObject() {
-					if ty := t.Get("type"); ty.Type == gjson.String && ty.Str == "image_generation" {
-						n |= ImageOutput
-						return false
+			item.ForEach(func(k, f gjson.Result) bool {
+				switch k.Str {
+				case "type":
+					n |= partType(f)
+				case "content", "output":
+					if f.IsArray() {
+						n |= partNeeds(f)
 					}
 				}
 				return true
 			})
-		case "text":
-			if v.IsObject() {
-				if f := v.Get("format"); f.IsObject() {
-					n |= formatNeeds(f.Get("type"))
+			return true
+		})
+	case "tools":
+		if !nonEmptyArray(v) {
+			return 0
+		}
+		n |= Tools
+		v.ForEach(func(_, t gjson.Result) bool {
+			if t.IsObject() {
+				if ty := t.Get("type"); ty.Type == gjson.String && ty.Str == "image_generation" {
+					n |= ImageOutput
+					return false
 				}
+			}
+			return true
+		})
+	case "text":
+		if v.IsObject() {
+			if f := v.Get("format"); f.IsObject() {
+				n |= formatNeeds(f.Get("type"))
 			}
 		}
-	})
+	}
 	return n
 }
 
@@ -116,9 +147,7 @@ func DetectResponses(body []byte) Needs {
 func partNeeds(parts gjson.Result) Needs {
 	var n Needs
 	parts.ForEach(func(_, p gjson.Result) bool {
-		if p.IsObject() {
-			n |= partType(p.Get("type"))
-		}
+		n |= PartNeeds(p)
 		return true
 	})
 	return n

@@ -1,0 +1,239 @@
+package proxy
+
+import "unicode/utf8"
+
+// validObject reports, in one pass, whether b is what checkBody accepts: a
+// JSON object (RFC 8259, surrounding whitespace allowed), valid UTF-8,
+// nesting objects and arrays at most maxDepth deep. checkBody's separate
+// checks then only run to name what is wrong with a body it refuses.
+func validObject(b []byte, maxDepth int) bool {
+	v := jsonValidator{b: b, maxDepth: maxDepth}
+	i := v.space(0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = v.value(i, 0)
+	if i < 0 {
+		return false
+	}
+	return v.space(i) == len(b)
+}
+
+// jsonValidator walks one JSON text; each method takes the index to read
+// from and returns the index after what it read, or -1 if it is invalid.
+type jsonValidator struct {
+	b        []byte
+	maxDepth int
+}
+
+// space skips JSON whitespace.
+func (v *jsonValidator) space(i int) int {
+	for i < len(v.b) {
+		switch v.b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// value reads one value at b[i] (no leading whitespace), depth being the
+// nesting of its container.
+func (v *jsonValidator) value(i, depth int) int {
+	if i >= len(v.b) {
+		return -1
+	}
+	switch c := v.b[i]; {
+	case c == '"':
+		return v.str(i)
+	case c == '{':
+		return v.object(i, depth+1)
+	case c == '[':
+		return v.array(i, depth+1)
+	case c == '-' || c >= '0' && c <= '9':
+		return v.number(i)
+	case c == 't':
+		return v.literal(i, "true")
+	case c == 'f':
+		return v.literal(i, "false")
+	case c == 'n':
+		return v.literal(i, "null")
+	}
+	return -1
+}
+
+func (v *jsonValidator) object(i, depth int) int {
+	if depth > v.maxDepth {
+		return -1
+	}
+	i = v.space(i + 1)
+	if i < len(v.b) && v.b[i] == '}' {
+		return i + 1
+	}
+	for {
+		if i >= len(v.b) || v.b[i] != '"' {
+			return -1
+		}
+		if i = v.str(i); i < 0 {
+			return -1
+		}
+		i = v.space(i)
+		if i >= len(v.b) || v.b[i] != ':' {
+			return -1
+		}
+		if i = v.value(v.space(i+1), depth); i < 0 {
+			return -1
+		}
+		i = v.space(i)
+		if i >= len(v.b) {
+			return -1
+		}
+		switch v.b[i] {
+		case ',':
+			i = v.space(i + 1)
+		case '}':
+			return i + 1
+		default:
+			return -1
+		}
+	}
+}
+
+func (v *jsonValidator) array(i, depth int) int {
+	if depth > v.maxDepth {
+		return -1
+	}
+	i = v.space(i + 1)
+	if i < len(v.b) && v.b[i] == ']' {
+		return i + 1
+	}
+	for {
+		if i = v.value(i, depth); i < 0 {
+			return -1
+		}
+		i = v.space(i)
+		if i >= len(v.b) {
+			return -1
+		}
+		switch v.b[i] {
+		case ',':
+			i = v.space(i + 1)
+		case ']':
+			return i + 1
+		default:
+			return -1
+		}
+	}
+}
+
+// str reads a string at b[i] == '"': no control bytes, only JSON's escapes,
+// valid UTF-8.
+func (v *jsonValidator) str(i int) int {
+	b := v.b
+	for i++; i < len(b); {
+		for i < len(b) && plainStringByte[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c == '\\':
+			if i+1 >= len(b) {
+				return -1
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) {
+					return -1
+				}
+				for _, h := range b[i+2 : i+6] {
+					if !isHex(h) {
+						return -1
+					}
+				}
+				i += 6
+			default:
+				return -1
+			}
+		case c < 0x20:
+			return -1
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return -1
+			}
+			i += size
+		}
+	}
+	return -1
+}
+
+// plainStringByte marks the bytes a string holds as they are: printable
+// ASCII but for the quote and the backslash.
+var plainStringByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// number reads -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? at b[i].
+func (v *jsonValidator) number(i int) int {
+	b := v.b
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(b, i)
+	default:
+		return -1
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(b, i+1)
+		if j == i+1 {
+			return -1
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(b, i)
+		if j == i {
+			return -1
+		}
+		i = j
+	}
+	return i
+}
+
+// digits skips ASCII digits from b[i].
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+func (v *jsonValidator) literal(i int, lit string) int {
+	if len(v.b)-i < len(lit) || string(v.b[i:i+len(lit)]) != lit {
+		return -1
+	}
+	return i + len(lit)
+}
