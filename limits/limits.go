@@ -160,6 +160,13 @@ type Hold struct {
 	local     bool
 	lease     *lease // the lease that served the call, if one did
 	settled   atomic.Bool
+
+	// Storage for the decision that made the hold, so that an admitted call
+	// allocates once: its Requests and Tokens, its TaskRatios and wins
+	// (when there are few enough windows).
+	trios   [2]Trio
+	ratios  [6]Ratio
+	winsBuf [8]holdWin
 }
 
 type holdWin struct {
@@ -430,8 +437,16 @@ func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *re
 			nTask++
 		}
 	}
+	var h *Hold // allocated now, for the storage the decision uses
+	if allowed {
+		h = new(Hold)
+	}
 	if nTask > 0 {
-		d.TaskRatios = make([]Ratio, 0, nTask)
+		if h != nil && nTask <= len(h.ratios) {
+			d.TaskRatios = h.ratios[:0:nTask]
+		} else {
+			d.TaskRatios = make([]Ratio, 0, nTask)
+		}
 	}
 	for i := range rep.windows {
 		w := &rep.windows[i]
@@ -461,7 +476,12 @@ func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *re
 		}
 	}
 	if hasTrio[unitRequests] || hasTrio[unitTokens] {
-		t := new([2]Trio) // one allocation for both
+		var t *[2]Trio
+		if h != nil {
+			t = &h.trios
+		} else {
+			t = new([2]Trio) // one allocation for both
+		}
 		*t = trios
 		if hasTrio[unitRequests] {
 			d.Requests = &t[unitRequests]
@@ -487,16 +507,12 @@ func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *re
 		}
 		return d
 	}
-	h := &Hold{
-		task:      c.Task,
-		user:      c.User,
-		requestID: c.RequestID,
-		id:        op.holdID,
-		tokens:    op.tokens,
-		money:     op.money,
-		estimate:  c.Estimate,
-		wins:      make([]holdWin, len(rep.windows)),
-		local:     local,
+	h.task, h.user, h.requestID, h.id = c.Task, c.User, c.RequestID, op.holdID
+	h.tokens, h.money, h.estimate, h.local = op.tokens, op.money, c.Estimate, local
+	if len(rep.windows) <= len(h.winsBuf) {
+		h.wins = h.winsBuf[:len(rep.windows)]
+	} else {
+		h.wins = make([]holdWin, len(rep.windows))
 	}
 	for i, w := range rep.windows {
 		p := winPeriod(w.idx)

@@ -29,6 +29,7 @@ type upstream struct {
 	scheme     string
 	auth       string              // "Bearer <endpoint key>", or ""
 	ttfb       prometheus.Observer // taskgate_upstream_ttfb_seconds of the endpoint
+	routeURIs  map[string]string   // uri of each route's path, worked out once
 }
 
 // errUpstreamStatus marks a try that failed on its HTTP status, for the breaker.
@@ -57,6 +58,10 @@ func newUpstream(ep *tasks.Endpoint, onState func(name string, open float64)) (*
 	}
 	if ep.APIKey != "" {
 		up.auth = "Bearer " + ep.APIKey
+	}
+	up.routeURIs = make(map[string]string, len(routes))
+	for _, r := range routes {
+		up.routeURIs[r.rt.path] = up.scheme + "://" + up.host + up.pathPrefix + r.rt.path
 	}
 	up.client = &fasthttp.HostClient{
 		Addr:                          addr,
@@ -102,6 +107,9 @@ func newUpstream(ep *tasks.Endpoint, onState func(name string, open float64)) (*
 
 // uri is the full upstream URI for an API path such as "/chat/completions".
 func (u *upstream) uri(path string) string {
+	if s, ok := u.routeURIs[path]; ok {
+		return s
+	}
 	return u.scheme + "://" + u.host + u.pathPrefix + path
 }
 

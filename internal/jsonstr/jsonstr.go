@@ -45,12 +45,27 @@ func AppendFloat(dst []byte, f float64) []byte {
 	return dst
 }
 
+// plainSafe and htmlSafe mark the bytes written as they are: printable
+// ASCII but for the quote and backslash (and, for HTML, <, > and &).
+var plainSafe, htmlSafe = safeBytes(false), safeBytes(true)
+
+func safeBytes(html bool) (t [256]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\' && (!html || (b != '<' && b != '>' && b != '&'))
+	}
+	return t
+}
+
 func appendString(dst []byte, s string, html, slog bool) []byte {
+	safe := &plainSafe
+	if html {
+		safe = &htmlSafe
+	}
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && (!html || (b != '<' && b != '>' && b != '&')) {
+			if safe[b] {
 				i++
 				continue
 			}
