@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -260,5 +262,32 @@ func TestFigureMet(t *testing.T) {
 	}
 	if got := (figure{cmp: "<=", target: 0.25, unit: "ms", prec: 3}).targetText(); got != "≤ 0.25 ms" {
 		t.Errorf("targetText = %q", got)
+	}
+}
+
+func TestCallgrindTotal(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, text string
+		want       int64
+		ok         bool
+	}{
+		{"complete", "version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nsummary: 614281451\n\nfn=(1) main\n3 17\n\ntotals: 614281479\n", 614281479, true},
+		{"still being written", "version: 1\nevents: Ir\nsummary: 614281451\n\nfn=(1) main\n3 17\n", 0, false},
+		{"empty totals", "totals:\n", 0, false},
+		{"not a number", "totals: many\n", 0, false},
+	}
+	for _, tt := range tests {
+		path := filepath.Join(dir, tt.name)
+		if err := os.WriteFile(path, []byte(tt.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := callgrindTotal(path)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%s: callgrindTotal = %d, %v; want %d, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+	if _, ok := callgrindTotal(filepath.Join(dir, "absent")); ok {
+		t.Error("an absent file has a total")
 	}
 }

@@ -32,6 +32,8 @@ type options struct {
 	profile  string // "auto", "on", "off"
 	keep     bool
 	command  string // the command line, for the report
+
+	instrCalls int // plain calls counted under callgrind (0: none)
 }
 
 func main() {
@@ -51,6 +53,7 @@ func main() {
 	flag.StringVar(&o.doc, "doc", "docs/PERFORMANCE.md", "file whose \"## End to end\" section gets the results, relative to the module root; \"\" = none")
 	flag.StringVar(&o.profile, "profile", "auto", "perf profile of the gateway: auto (when a CPU, throughput or latency target is missed), on, off")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs, perf data)")
+	flag.IntVar(&o.instrCalls, "instructions", 2000, "plain calls counted under callgrind for the instructions-per-call figure (0: skip it)")
 	flag.Parse()
 	if *fake != "" {
 		os.Exit(serveFake(*fake))
@@ -246,6 +249,13 @@ func setup(o options) (*env, error) {
 // "estimate". It returns the process and its client address once /readyz
 // answers 200.
 func (e *env) startGateway(name, redisURL string, estimate bool) (*proc, string, error) {
+	return e.startGatewayUnder(name, redisURL, estimate, nil, nil, 30*time.Second)
+}
+
+// startGatewayUnder is startGateway with the gateway run by wrapper (a
+// command and its arguments, such as valgrind's; nil: none) with env added,
+// waiting up to ready for /readyz.
+func (e *env) startGatewayUnder(name, redisURL string, estimate bool, wrapper, env []string, ready time.Duration) (*proc, string, error) {
 	lp, err := freePort()
 	if err != nil {
 		return nil, "", err
@@ -266,12 +276,13 @@ func (e *env) startGateway(name, redisURL string, estimate bool) (*proc, string,
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, "", fmt.Errorf("write %s: %w", path, err)
 	}
-	p, err := startProc(name, filepath.Join(e.tmp, name+".log"), e.gwBin, "-config", path)
+	cmd := append(append(wrapper[:len(wrapper):len(wrapper)], e.gwBin), "-config", path)
+	p, err := startProcEnv(name, filepath.Join(e.tmp, name+".log"), env, cmd[0], cmd[1:]...)
 	if err != nil {
 		return nil, "", err
 	}
 	p.admin = "127.0.0.1:" + strconv.Itoa(ap)
-	if err := waitHTTP(p, "http://"+p.admin+"/readyz", 30*time.Second); err != nil {
+	if err := waitHTTP(p, "http://"+p.admin+"/readyz", ready); err != nil {
 		return nil, "", err
 	}
 	return p, "127.0.0.1:" + strconv.Itoa(lp), nil

@@ -24,6 +24,7 @@ type results struct {
 	rss          rssFigures
 	profile      string // markdown of the perf profile, "" if none
 	profileNote  string // why there is no profile
+	instr        instrFigures
 }
 
 // rssFigures are the gateway's memory figures, KiB.
@@ -169,6 +170,9 @@ func (e *env) measure() (*results, error) {
 		return nil, err
 	}
 	if err := e.memoryPhase(r); err != nil {
+		return nil, err
+	}
+	if err := e.instructions(r); err != nil {
 		return nil, err
 	}
 	if m, err := memory(e.redis.gw.pid()); err == nil {

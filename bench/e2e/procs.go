@@ -35,11 +35,19 @@ var (
 // startProc starts bin with args, its stdout and stderr going to logPath.
 // The child gets SIGKILL if the benchmark dies first.
 func startProc(name, logPath, bin string, args ...string) (*proc, error) {
+	return startProcEnv(name, logPath, nil, bin, args...)
+}
+
+// startProcEnv is startProc with env added to the benchmark's environment.
+func startProcEnv(name, logPath string, env []string, bin string, args ...string) (*proc, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: log file: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -213,6 +213,12 @@ func (r *results) markdown(e *env) string {
 	m := r.rss
 	fmt.Fprintf(&b, "- Memory (MB = 10⁶ bytes): idle %.1f MB (a gateway whose endpoints all use `estimate`, so no encoding loads); a fresh gateway with the benchmark's config (Redis store, both encodings preloaded at start) %.1f MB at start, %.1f MB after a prompt counted with each encoding, %.1f MB after short traffic, %.1f MB with %d of %d streams open (%.1f KB each), peak (VmHWM) %.1f MB; the Redis-store gateway of the load runs peaked at %.1f MB. Per open stream, from the gateway's Go metrics: %.1f goroutines, %.1f KB of goroutine stacks, %.1f KB of heap in use (%.1f KB allocated and live).\n",
 		kb(m.idle, 1e6), kb(m.start, 1e6), kb(m.encodings, 1e6), kb(m.warm, 1e6), kb(m.streams, 1e6), m.streamsOpen, o.streams, perStream(m), kb(m.peak, 1e6), kb(m.loadedPeak, 1e6), m.goroutines, m.stackKB, m.heapKB, m.heapAllocKB)
+	if in := r.instr; in.note != "" {
+		fmt.Fprintf(&b, "- Instructions per call (callgrind): %s.\n", in.note)
+	} else {
+		fmt.Fprintf(&b, "- Instructions per plain call (callgrind, user space, %d sequential calls after %d warm-up calls; a count, so it does not drift with the machine's load): gateway with the Redis store %.0f, bare proxy %.0f, %.2f× the bare proxy.\n",
+			in.calls, instrWarm, in.gateway, in.bare, in.gateway/in.bare)
+	}
 	if len(r.errors) == 0 {
 		b.WriteString("- Failed calls: none.\n")
 	} else {
