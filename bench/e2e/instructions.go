@@ -26,9 +26,13 @@ const instrWarm = 300
 // gateway with the Redis store and the bare proxy execute per plain call
 // over o.instrCalls sequential calls after a warm-up. Unlike times, these
 // counts do not drift with the machine's load: they show what the gateway
-// adds to a call however busy the machine is. Go's asynchronous preemption
-// is off under valgrind (its signals break callgrind); the count includes
-// the runtime's own work (GC, scheduler) but not the kernel's.
+// adds to a call however busy the machine is. The processes run with
+// GOMAXPROCS=1 and GOGC=off, so that the count leaves out the two parts
+// of the runtime's work that depend on timing (an idle P spinning for work,
+// collections whose number depends on when they start: 12% apart between
+// two runs without them), and with asynchronous preemption off (its
+// signals break callgrind). Allocation, whose collection cost is left out,
+// is what the Go benchmarks report. The kernel's work is not counted.
 func (e *env) instructions(r *results) error {
 	n := e.o.instrCalls
 	r.instr.calls = n
@@ -46,7 +50,7 @@ func (e *env) instructions(r *results) error {
 		r.instr.note = "not measured: callgrind_control is not installed (it comes with valgrind)"
 		return nil
 	}
-	env := []string{"GODEBUG=asyncpreemptoff=1"}
+	env := []string{"GODEBUG=asyncpreemptoff=1", "GOMAXPROCS=1", "GOGC=off"}
 	outFile := func(name string) string { return filepath.Join(e.tmp, name+".callgrind") }
 	wrapper := func(name string) []string {
 		return []string{valgrind, "--tool=callgrind", "--callgrind-out-file=" + outFile(name)}

@@ -216,7 +216,7 @@ func (r *results) markdown(e *env) string {
 	if in := r.instr; in.note != "" {
 		fmt.Fprintf(&b, "- Instructions per call (callgrind): %s.\n", in.note)
 	} else {
-		fmt.Fprintf(&b, "- Instructions per plain call (callgrind, user space, %d sequential calls after %d warm-up calls; a count, so it does not drift with the machine's load): gateway with the Redis store %.0f, bare proxy %.0f, %.2f× the bare proxy.\n",
+		fmt.Fprintf(&b, "- Instructions per plain call (callgrind, user space, GOMAXPROCS=1 and GOGC=off so that no timing-dependent runtime work is counted, %d sequential calls after %d warm-up calls; a count, so it does not drift with the machine's load): gateway with the Redis store %.0f, bare proxy %.0f, %.2f× the bare proxy.\n",
 			in.calls, instrWarm, in.gateway, in.bare, in.gateway/in.bare)
 	}
 	if len(r.errors) == 0 {
@@ -288,8 +288,12 @@ coordinated omission is avoided), first streamed byte, gateway CPU per call
 (utime+stime of /proc/PID/stat), Redis commands per call (INFO before and after),
 a fresh ~100 KB prompt that must be token-counted, and memory (VmRSS, VmHWM).
 When a CPU, throughput or latency target is missed it profiles the gateway with
-perf. It replaces this section on each run, keeping the Findings and History
-subsections. Flags: ` + "`-rounds -duration -open-duration -conns -rate -streams -prompts -profile on|off|auto -doc '' -keep`" + `.
+perf. Last, it runs the Redis-store gateway and the reference proxy under valgrind's
+callgrind for the user-space instructions a plain call costs each (a count, with
+garbage collection and idle spinning left out: it repeats to a fraction of a
+percent however busy the machine is). It replaces this
+section on each run, keeping the Findings and History subsections. Flags:
+` + "`-rounds -duration -open-duration -conns -rate -streams -prompts -profile on|off|auto -instructions N -doc '' -keep`" + `.
 Absolute numbers drift with the machine's load; ratios and differences hold better.
 `
 
