@@ -49,9 +49,9 @@ func (v *jsonValidator) value(i, depth int) int {
 	case c == '"':
 		return v.str(i)
 	case c == '{':
-		return v.object(i, depth+1)
+		return v.container(i, depth+1, '}', true)
 	case c == '[':
-		return v.array(i, depth+1)
+		return v.container(i, depth+1, ']', false)
 	case c == '-' || c >= '0' && c <= '9':
 		return v.number(i)
 	case c == 't':
@@ -64,52 +64,30 @@ func (v *jsonValidator) value(i, depth int) int {
 	return -1
 }
 
-func (v *jsonValidator) object(i, depth int) int {
+// container reads an object (keyed: members) or an array (elements) from
+// its opening byte at b[i] up to close.
+func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 	if depth > v.maxDepth {
 		return -1
 	}
 	i = v.space(i + 1)
-	if i < len(v.b) && v.b[i] == '}' {
+	if i < len(v.b) && v.b[i] == close {
 		return i + 1
 	}
 	for {
-		if i >= len(v.b) || v.b[i] != '"' {
-			return -1
-		}
-		if i = v.str(i); i < 0 {
-			return -1
-		}
-		i = v.space(i)
-		if i >= len(v.b) || v.b[i] != ':' {
-			return -1
-		}
-		if i = v.value(v.space(i+1), depth); i < 0 {
-			return -1
-		}
-		i = v.space(i)
-		if i >= len(v.b) {
-			return -1
-		}
-		switch v.b[i] {
-		case ',':
+		if keyed {
+			if i >= len(v.b) || v.b[i] != '"' {
+				return -1
+			}
+			if i = v.str(i); i < 0 {
+				return -1
+			}
+			i = v.space(i)
+			if i >= len(v.b) || v.b[i] != ':' {
+				return -1
+			}
 			i = v.space(i + 1)
-		case '}':
-			return i + 1
-		default:
-			return -1
 		}
-	}
-}
-
-func (v *jsonValidator) array(i, depth int) int {
-	if depth > v.maxDepth {
-		return -1
-	}
-	i = v.space(i + 1)
-	if i < len(v.b) && v.b[i] == ']' {
-		return i + 1
-	}
-	for {
 		if i = v.value(i, depth); i < 0 {
 			return -1
 		}
@@ -120,7 +98,7 @@ func (v *jsonValidator) array(i, depth int) int {
 		switch v.b[i] {
 		case ',':
 			i = v.space(i + 1)
-		case ']':
+		case close:
 			return i + 1
 		default:
 			return -1
