@@ -112,12 +112,18 @@ type childCache struct {
 	m                     *Metrics
 	reserveDur, settleDur prometheus.Observer // taskgate_store_duration_seconds
 	mu                    sync.RWMutex
-	calls                 map[[2]string]*callMetrics     // task, endpoint
-	ratios                map[[3]string]prometheus.Gauge // task, unit, period
+	calls                 map[[2]string]*callMetrics // task, endpoint
+	ratios                map[string][]ratioGauge    // by task, in the order of its decisions' ratios
+}
+
+// ratioGauge is the usage ratio gauge of one window of a task.
+type ratioGauge struct {
+	unit, period string
+	g            prometheus.Gauge
 }
 
 func newChildCache(m *Metrics) *childCache {
-	return &childCache{m: m, calls: map[[2]string]*callMetrics{}, ratios: map[[3]string]prometheus.Gauge{},
+	return &childCache{m: m, calls: map[[2]string]*callMetrics{}, ratios: map[string][]ratioGauge{},
 		reserveDur: m.StoreDuration.WithLabelValues("reserve"), settleDur: m.StoreDuration.WithLabelValues("settle")}
 }
 
@@ -143,27 +149,30 @@ func (cc *childCache) call(task, endpoint string) *callMetrics {
 	return cm
 }
 
-// setRatios sets the usage ratio gauges of a task's windows.
+// setRatios sets the usage ratio gauges of a task's windows. A task's
+// decisions list its windows in one order, so its gauges are looked up
+// once per call, not once per window.
 func (cc *childCache) setRatios(task string, ratios []limits.Ratio) {
 	if len(ratios) == 0 {
 		return
 	}
-	var missing []int
 	cc.mu.RLock()
-	for i, r := range ratios {
-		if g := cc.ratios[[3]string{task, r.Unit, r.Period}]; g != nil {
-			g.Set(r.Ratio)
-		} else {
-			missing = append(missing, i)
-		}
-	}
+	gs := cc.ratios[task]
 	cc.mu.RUnlock()
-	for _, i := range missing {
-		r := ratios[i]
-		g := cc.m.LimitUsageRatio.WithLabelValues(task, r.Unit, r.Period)
-		g.Set(r.Ratio)
+	same := len(gs) == len(ratios)
+	for i := 0; same && i < len(ratios); i++ {
+		same = gs[i].unit == ratios[i].Unit && gs[i].period == ratios[i].Period
+	}
+	if !same { // first call, or the task's limits changed
+		gs = make([]ratioGauge, len(ratios))
+		for i, r := range ratios {
+			gs[i] = ratioGauge{unit: r.Unit, period: r.Period, g: cc.m.LimitUsageRatio.WithLabelValues(task, r.Unit, r.Period)}
+		}
 		cc.mu.Lock()
-		cc.ratios[[3]string{task, r.Unit, r.Period}] = g
+		cc.ratios[task] = gs
 		cc.mu.Unlock()
+	}
+	for i, r := range ratios {
+		gs[i].g.Set(r.Ratio)
 	}
 }
