@@ -194,7 +194,7 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 // found on their way: no pass of its own.
 func (c *call) bodyNeeds(body []byte) tasks.Needs {
 	n := c.rt.needs | c.top.needs
-	if c.rt == routeChat && c.top.messagesKeys > 1 {
+	if c.rt == routeChat && c.top.dups {
 		// routeChecks read the first messages field; every one counts.
 		n |= tasks.DetectChat(body)
 	}
@@ -362,11 +362,17 @@ func (c *call) count(eps []*tasks.Endpoint) *apiError {
 			}
 			budgets[i] = trim.Budget{Tokenizer: ep.Tokenizer, ContextWindow: ep.ContextWindow, ReserveOutput: int(reserve)}
 		}
-		res, err := trim.Chat(c.body, budgets, trim.Options{
+		opt := trim.Options{
 			Enabled:                c.task.Trim.Enabled,
 			AttachmentsShare:       c.task.Trim.AttachmentsShare,
 			DropEarlierToolResults: c.task.Trim.DropEarlierToolResults,
-		})
+		}
+		if !c.top.dups && sameBytes(c.body, c.raw) {
+			// The fields as read in place from this very body: trim does
+			// not read the top level again.
+			opt.Fields = trim.Fields{Known: true, Messages: c.top.messages.Raw, Tools: c.top.tools.Raw, Functions: c.top.functions.Raw}
+		}
+		res, err := trim.Chat(c.body, budgets, opt)
 		if err != nil {
 			var inv *trim.InvalidError
 			if errors.As(err, &inv) {
@@ -566,6 +572,12 @@ func depthExceeds(b []byte, max int) bool {
 	return false
 }
 
+// sameBytes reports whether a and b are the same bytes in memory (not
+// merely equal).
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
 // setModel replaces the body's model with the endpoint's. at is the model
 // as topFields found it in body (its Index is where its value starts), or
 // a zero Result when body is not the body topFields read (an instruction
@@ -598,9 +610,10 @@ func quote(s string) string {
 type topFields struct {
 	model, stream, streamOptions, messages, input, prompt, previousResponseID, n gjson.Result
 	safetyIdentifier, user, maxCompletionTokens, maxTokens, maxOutputTokens      gjson.Result
+	tools, functions                                                             gjson.Result
 
-	needs        tasks.Needs // what the fields ask for (the route's fieldNeeds; routeChecks adds the chat parts')
-	messagesKeys int         // how many messages fields the body has
+	needs tasks.Needs // what the fields ask for (the route's fieldNeeds; routeChecks adds the chat parts')
+	dups  bool        // a field read here is given more than once
 }
 
 // read fills f from body, a JSON object already checked valid, with the
@@ -608,11 +621,12 @@ type topFields struct {
 func (f *topFields) read(body []byte, fieldNeeds func(key string, v gjson.Result) tasks.Needs) {
 	root := gjson.Result{Type: gjson.JSON, Raw: unsafe.String(unsafe.SliceData(body), len(body))}
 	root.ForEach(func(k, v gjson.Result) bool {
-		if dst := f.field(k.Str); dst != nil && !dst.Exists() {
-			*dst = v
-		}
-		if k.Str == "messages" {
-			f.messagesKeys++
+		if dst := f.field(k.Str); dst != nil {
+			if dst.Exists() {
+				f.dups = true
+			} else {
+				*dst = v
+			}
 		}
 		if fieldNeeds != nil {
 			f.needs |= fieldNeeds(k.Str, v)
@@ -650,6 +664,10 @@ func (f *topFields) field(name string) *gjson.Result {
 		return &f.maxTokens
 	case "max_output_tokens":
 		return &f.maxOutputTokens
+	case "tools":
+		return &f.tools
+	case "functions":
+		return &f.functions
 	}
 	return nil
 }

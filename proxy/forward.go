@@ -149,7 +149,7 @@ func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
 		req.Header.Set(k, v)
 	}
 	at := c.top.model
-	if len(c.body) != len(c.raw) || len(c.body) == 0 || &c.body[0] != &c.raw[0] {
+	if len(c.body) == 0 || !sameBytes(c.body, c.raw) {
 		at = gjson.Result{} // not the body topFields read
 	}
 	body := setModel(c.body, up.ep.Model, at)

@@ -17,7 +17,7 @@ import (
 // duplicates (the first counts) and fields only nested deeper.
 func TestTopFieldsMatchGjson(t *testing.T) {
 	names := []string{"model", "stream", "stream_options", "messages", "input", "prompt", "previous_response_id", "n",
-		"safety_identifier", "user", "max_completion_tokens", "max_tokens", "max_output_tokens"}
+		"safety_identifier", "user", "max_completion_tokens", "max_tokens", "max_output_tokens", "tools", "functions"}
 	bodies := []string{
 		`{}`,
 		`{"model":"a.b","messages":[{"role":"user","content":"hi","model":"inner"}],"max_tokens":5}`,

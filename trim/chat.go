@@ -23,6 +23,17 @@ type Options struct {
 	Enabled                bool    // false: never drop or cut; an over-long call is ErrContextLength
 	AttachmentsShare       float64 // of the window, shared by one message's attachments; 0: no share
 	DropEarlierToolResults bool    // leave out tool calls and results before the newest user message
+	// Fields, when Known, are the body's top-level fields as the caller
+	// already read them, so that Chat does not read the top level again.
+	Fields Fields
+}
+
+// Fields are the top-level fields of a chat body that Chat reads, each the
+// raw JSON of the body's only field of that name, as a substring of the
+// very body given to Chat ("" when absent).
+type Fields struct {
+	Known                      bool
+	Messages, Tools, Functions string
 }
 
 // Result is a chat body fitted to its budgets.
@@ -45,7 +56,7 @@ var ErrContextLength = errors.New("context length exceeded")
 // malformed request is an *InvalidError, a history that cannot fit wraps
 // ErrContextLength.
 func Chat(body []byte, budgets []Budget, opt Options) (Result, error) {
-	p, err := parseBody(bytesString(body))
+	p, err := parseBody(bytesString(body), opt.Fields)
 	if err != nil {
 		return Result{}, err
 	}
@@ -111,17 +122,21 @@ type parsedBody struct {
 }
 
 // parseBody reads and checks the messages and tools of a chat body.
-func parseBody(js string) (parsedBody, error) {
+func parseBody(js string, known Fields) (parsedBody, error) {
 	var p parsedBody
 	msgsRaw, found := "", false
-	if kind(js[skipSpace(js, 0):]) != '{' || !eachField(js, func(k, v string) bool {
+	if kind(js[skipSpace(js, 0):]) != '{' {
+		return p, &InvalidError{Message: "the request body must be a JSON object"}
+	}
+	if known.Known && (known.Messages == "" || offsetIn(known.Messages, js) >= 0) {
+		msgsRaw, found = known.Messages, known.Messages != ""
+		p.tools = appendTools(appendTools(p.tools, known.Tools), known.Functions)
+	} else if !eachField(js, func(k, v string) bool {
 		switch rawKey(k) {
 		case "messages":
 			msgsRaw, found = v, true
 		case "tools", "functions":
-			if kind(v) == '[' && len(strings.TrimSpace(v[1:len(v)-1])) > 0 {
-				p.tools = append(p.tools, v)
-			}
+			p.tools = appendTools(p.tools, v)
 		}
 		return true
 	}) {
@@ -156,6 +171,14 @@ func parseBody(js string) (parsedBody, error) {
 	}
 	p.arrEnd = p.arrStart + len(msgsRaw)
 	return p, nil
+}
+
+// appendTools appends a tools or functions value that is a non-empty array.
+func appendTools(tools []string, v string) []string {
+	if kind(v) == '[' && len(strings.TrimSpace(v[1:len(v)-1])) > 0 {
+		return append(tools, v)
+	}
+	return tools
 }
 
 // isSystem reports whether a role always stays.

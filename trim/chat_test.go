@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
-	"taskgate/internal/jsonstr"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"taskgate/internal/jsonstr"
 )
 
 func readFixture(t testing.TB, name string) []byte {
@@ -569,10 +571,94 @@ func FuzzTrim(f *testing.F) {
 		tok := []string{"o200k_base", "cl100k_base", "estimate"}[int(flags>>4)%3]
 		budgets := []Budget{{Tokenizer: tok, ContextWindow: int(window), ReserveOutput: int(flags % 32)}}
 		opt := Options{Enabled: flags&16 == 0, DropEarlierToolResults: flags&32 != 0}
+		if gjson.ValidBytes(body) {
+			chatAgrees(t, body, budgets, opt)
+		}
 		res, err := Chat(body, budgets, opt)
 		if err != nil || !gjson.ValidBytes(body) || opt.DropEarlierToolResults {
 			return // errors are fine; invariants hold for valid bodies
 		}
 		checkHistory(t, body, res, budgets)
 	})
+}
+
+// knownFields reads body's top-level fields as a caller of Chat would
+// (gjson, in place); ok is false for a body Fields cannot describe (not an
+// object, or one of the fields given twice).
+func knownFields(body []byte) (Fields, bool) {
+	f := Fields{Known: true}
+	root := gjson.Parse(bytesString(body))
+	if !root.IsObject() {
+		return f, false
+	}
+	ok := true
+	root.ForEach(func(k, v gjson.Result) bool {
+		var dst *string
+		switch k.Str {
+		case "messages":
+			dst = &f.Messages
+		case "tools":
+			dst = &f.Tools
+		case "functions":
+			dst = &f.Functions
+		default:
+			return true
+		}
+		if *dst != "" {
+			ok = false
+		}
+		*dst = v.Raw
+		return true
+	})
+	return f, ok
+}
+
+// chatAgrees checks that Chat gives the same with the fields a caller read
+// as when it reads them itself.
+func chatAgrees(t *testing.T, body []byte, budgets []Budget, opt Options) {
+	t.Helper()
+	f, ok := knownFields(body)
+	if !ok {
+		return
+	}
+	want, wantErr := Chat(body, budgets, opt)
+	opt.Fields = f
+	got, gotErr := Chat(body, budgets, opt)
+	if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !bytes.Equal(got.Body, want.Body) ||
+		got.Dropped != want.Dropped || got.PromptTokens != want.PromptTokens || got.Counted != want.Counted || got.Cut != want.Cut {
+		t.Errorf("%.200s: with known fields %+v, %v; reading them %+v, %v", body, got, gotErr, want, wantErr)
+	}
+}
+
+// TestChatKnownFieldsAgree checks Options.Fields against Chat's own read
+// of the top level, on generated histories, the fixtures and odd shapes.
+func TestChatKnownFieldsAgree(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	budget := []Budget{{Tokenizer: "o200k_base", ContextWindow: 400, ReserveOutput: 20}}
+	var bodies [][]byte
+	for i := range 40 {
+		bodies = append(bodies, genHistory(r, 1+r.IntN(30), genOpts{tools: i%2 == 0, images: i%3 == 0, trailing: i%5 == 0, attachments: i%4 == 0}))
+	}
+	for _, name := range []string{"history.json", "tool_first.json", "attachments.json"} {
+		bodies = append(bodies, readFixture(t, name))
+	}
+	for _, s := range []string{
+		`{}`,
+		`{"model":"m"}`,
+		`{"messages":"text"}`,
+		`{"messages":[]}`,
+		`{"messages":[1,2]}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[]}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[ ],"functions":[{"name":"f","parameters":{}}]}`,
+		`{"tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}]}`,
+		`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}`,
+		` { "messages" : [ {"role":"user","content":"spaced"} ] } `,
+	} {
+		bodies = append(bodies, []byte(s))
+	}
+	for _, body := range bodies {
+		for _, opt := range []Options{{Enabled: true}, {Enabled: false}, {Enabled: true, DropEarlierToolResults: true, AttachmentsShare: 0.3}} {
+			chatAgrees(t, body, budget, opt)
+		}
+	}
 }
