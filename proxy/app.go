@@ -92,11 +92,12 @@ func (s *Server) getResponse(fc *fiber.Ctx) error {
 	fc.Set("x-request-id", id)
 	st := s.state.Load()
 	c := &call{s: s, st: st, rt: routeResponses, id: id, start: time.Now()}
-	c.key = st.reg.Authenticate(bearer(fc))
+	c.hdr.read(&fc.Request().Header)
+	c.key = st.reg.Authenticate(bearerToken(c.hdr.auth))
 	if c.key == nil {
 		return newError(401, "invalid_api_key", "missing or invalid API key: send Authorization: Bearer <key>").write(fc)
 	}
-	if e := c.identifyTask(fc); e != nil {
+	if e := c.identifyTask(); e != nil {
 		return e.write(fc)
 	}
 	path := strings.TrimPrefix(string(fc.Request().URI().Path()), "/v1")

@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
 
 	"taskgate/config"
 	"taskgate/guard"
@@ -38,6 +39,7 @@ type call struct {
 	id    string
 	start time.Time
 
+	hdr    clientHeaders
 	key    *tasks.Key
 	task   *tasks.Task
 	user   string
@@ -93,7 +95,8 @@ func (s *Server) handler(rt *route) fiber.Handler {
 // unless a hold exists (which refuse settles).
 func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	reg := c.st.reg
-	c.key = reg.Authenticate(bearer(fc))
+	c.hdr.read(&fc.Request().Header)
+	c.key = reg.Authenticate(bearerToken(c.hdr.auth))
 	if c.key == nil {
 		return newError(401, "invalid_api_key", "missing or invalid API key: send Authorization: Bearer <key>")
 	}
@@ -118,21 +121,21 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	}
 
 	// Task.
-	if e := c.identifyTask(fc); e != nil {
+	if e := c.identifyTask(); e != nil {
 		return e
 	}
 	if !c.task.Enabled {
 		return newError(403, "task_disabled", "task "+c.task.Key+" is disabled")
 	}
 	// User and source.
-	if e := c.identifyUser(fc); e != nil {
+	if e := c.identifyUser(); e != nil {
 		return e
 	}
 	if c.user == "" && c.task.RequireUser {
 		return &apiError{Status: 400, Code: "user_required", Message: "task " + c.task.Key + " requires a user: send X-Taskgate-User, safety_identifier or user", NoRetry: true}
 	}
-	if src := fc.Get("X-Taskgate-Source"); src != "" {
-		c.source = strings.Clone(src)
+	if src := c.hdr.source; len(src) > 0 {
+		c.source = string(src)
 	} else {
 		c.source = c.key.Source
 	}
@@ -201,10 +204,10 @@ func (c *call) bodyNeeds(body []byte) tasks.Needs {
 	return n
 }
 
-// identifyTask resolves the task per DESIGN §3.
-func (c *call) identifyTask(fc *fiber.Ctx) *apiError {
+// identifyTask resolves the task per DESIGN §3 (c.hdr read).
+func (c *call) identifyTask() *apiError {
 	reg := c.st.reg
-	if h := fc.Get("X-Taskgate-Task"); h != "" {
+	if h := unsafe.String(unsafe.SliceData(c.hdr.task), len(c.hdr.task)); h != "" {
 		t := reg.Task(h)
 		if t == nil {
 			return newError(404, "unknown_task", "unknown task "+quote(h)+" (X-Taskgate-Task)")
@@ -242,13 +245,13 @@ func looksLikeTask(s string) bool {
 
 // identifyUser resolves the user: the key's fixed user, else the header,
 // else safety_identifier, else user.
-func (c *call) identifyUser(fc *fiber.Ctx) *apiError {
+func (c *call) identifyUser() *apiError {
 	if c.key.User != "" {
 		c.user = c.key.User
 		return nil
 	}
-	if h := fc.Get("X-Taskgate-User"); h != "" {
-		c.user = strings.Clone(h)
+	if h := c.hdr.user; len(h) > 0 {
+		c.user = string(h)
 		return nil
 	}
 	for _, f := range []string{"safety_identifier", "user"} {
@@ -505,11 +508,49 @@ func mergeDetail(a, b map[string]any) map[string]any {
 
 // bearer returns the bearer token of the Authorization header.
 func bearer(fc *fiber.Ctx) []byte {
-	h := fc.Request().Header.Peek(fiber.HeaderAuthorization)
+	return bearerToken(fc.Request().Header.Peek(fiber.HeaderAuthorization))
+}
+
+// bearerToken returns the token of an Authorization header's value h.
+func bearerToken(h []byte) []byte {
 	if len(h) > 7 && strings.EqualFold(string(h[:7]), "bearer ") {
 		return bytes.TrimSpace(h[7:])
 	}
 	return nil
+}
+
+// clientHeaders are the request headers a call reads, found in one pass
+// over the headers (a lookup by name normalizes the name and searches every
+// header, each time). The values view the request: copy what must outlive
+// it.
+type clientHeaders struct {
+	auth, task, user, source []byte
+}
+
+// read takes the first value of each header of ch from h, as a lookup by
+// name would (fasthttp has already put the names in canonical case).
+func (ch *clientHeaders) read(h *fasthttp.RequestHeader) {
+	var seen uint8
+	for k, v := range h.All() {
+		var dst *[]byte
+		var bit uint8
+		switch string(k) {
+		case fiber.HeaderAuthorization:
+			dst, bit = &ch.auth, 1
+		case "X-Taskgate-Task":
+			dst, bit = &ch.task, 2
+		case "X-Taskgate-User":
+			dst, bit = &ch.user, 4
+		case "X-Taskgate-Source":
+			dst, bit = &ch.source, 8
+		default:
+			continue
+		}
+		if seen&bit == 0 {
+			seen |= bit
+			*dst = v
+		}
+	}
 }
 
 // checkBody refuses bodies that are empty, not UTF-8, nested too deeply or
