@@ -859,6 +859,9 @@ func TestFormatMicros(t *testing.T) {
 		if got := FormatMicros(in); got != want {
 			t.Errorf("FormatMicros(%d) = %q, want %q", in, got, want)
 		}
+		if got := string(AppendMicros([]byte("$"), in)); got != "$"+want {
+			t.Errorf("AppendMicros($, %d) = %q, want %q", in, got, "$"+want)
+		}
 		if in >= 0 {
 			if back, err := ParseDollars(want); err != nil || back != in {
 				t.Errorf("ParseDollars(FormatMicros(%d)) = %d, %v", in, back, err)

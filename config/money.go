@@ -100,19 +100,21 @@ func parseDecimal(s string) (decimal.Decimal, error) {
 // FormatMicros renders micro-dollars as dollars with six decimals:
 // 4 → "0.000004", 20000000 → "20.000000", -5 → "-0.000005".
 func FormatMicros(m int64) string {
-	sign := ""
+	var buf [32]byte
+	return string(AppendMicros(buf[:0], m))
+}
+
+// AppendMicros appends FormatMicros(m) to dst.
+func AppendMicros(dst []byte, m int64) []byte {
 	u := uint64(m)
 	if m < 0 {
-		sign = "-"
+		dst = append(dst, '-')
 		u = uint64(-(m + 1)) + 1 // safe for MinInt64
 	}
-	var buf [32]byte
-	b := append(buf[:0], sign...)
-	b = strconv.AppendUint(b, u/MicrosPerDollar, 10)
+	dst = strconv.AppendUint(dst, u/MicrosPerDollar, 10)
 	frac := u % MicrosPerDollar
-	b = append(b, '.', '0'+byte(frac/100000), '0'+byte(frac/10000%10), '0'+byte(frac/1000%10),
+	return append(dst, '.', '0'+byte(frac/100000), '0'+byte(frac/10000%10), '0'+byte(frac/1000%10),
 		'0'+byte(frac/100%10), '0'+byte(frac/10%10), '0'+byte(frac%10))
-	return string(b)
 }
 
 var maxInt64Dec = decimal.NewFromInt(math.MaxInt64)

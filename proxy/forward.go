@@ -207,7 +207,8 @@ func (c *call) answer(fc *fiber.Ctx, resp *fasthttp.Response) error {
 		body = c.stripPlain(body)
 	}
 	c.setHeaders(fc)
-	fc.Set("X-Taskgate-Cost", config.FormatMicros(c.cost()))
+	var nb [32]byte // SetCanonical copies
+	fc.Response().Header.SetCanonical([]byte("X-Taskgate-Cost"), config.AppendMicros(nb[:0], c.cost()))
 	fc.Set(fiber.HeaderContentType, contentType(resp, "application/json"))
 	fc.Status(c.status)
 	fc.Response().SetBody(body) // copies

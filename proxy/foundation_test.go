@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"taskgate/config"
 	"taskgate/internal/fakeupstream"
 )
 
@@ -41,8 +43,14 @@ func TestChatPlainThroughSDK(t *testing.T) {
 			t.Errorf("%s = %q, want %q", h, got, want)
 		}
 	}
-	if resp.Header.Get("x-request-id") == "" || resp.Header.Get("X-Taskgate-Cost") == "" {
-		t.Errorf("missing x-request-id or X-Taskgate-Cost: %v", resp.Header)
+	if resp.Header.Get("x-request-id") == "" {
+		t.Errorf("missing x-request-id: %v", resp.Header)
+	}
+	// 0.15 and 0.60 dollars per million input and output tokens, in whole micro-dollars rounded up.
+	in, out := c.Usage.PromptTokens, c.Usage.CompletionTokens
+	wantCost := config.FormatMicros((in*150_000 + out*600_000 + 999_999) / 1_000_000)
+	if got := resp.Header.Get("X-Taskgate-Cost"); got != wantCost {
+		t.Errorf("X-Taskgate-Cost = %q, want %q (%d in, %d out)", got, wantCost, in, out)
 	}
 	reqs := e.up.Requests()
 	if len(reqs) != 1 {
@@ -86,7 +94,8 @@ func TestChatStreamEventByEvent(t *testing.T) {
 	e.up.Push(fakeupstream.Behavior{Chunks: []string{"one", " two", " three", " four"}, EventDelay: 250 * time.Millisecond})
 	client := e.sdk(testKey)
 	start := time.Now()
-	stream := client.Chat.Completions.NewStreaming(context.Background(), chatParams("app.chat", "count"))
+	var resp *http.Response
+	stream := client.Chat.Completions.NewStreaming(context.Background(), chatParams("app.chat", "count"), option.WithResponseInto(&resp))
 	var acc openai.ChatCompletionAccumulator
 	var first time.Duration
 	n := 0
@@ -115,6 +124,9 @@ func TestChatStreamEventByEvent(t *testing.T) {
 	body := string(e.up.Requests()[0].Body)
 	if !strings.Contains(body, `"include_usage":true`) {
 		t.Errorf("gateway did not ask upstream for usage: %s", body)
+	}
+	if est := resp.Header.Get("X-Taskgate-Cost-Estimate"); !regexp.MustCompile(`^[0-9]+\.[0-9]{6}$`).MatchString(est) || est == "0.000000" {
+		t.Errorf("X-Taskgate-Cost-Estimate = %q, want dollars with six decimals", est)
 	}
 }
 

@@ -24,7 +24,8 @@ import (
 // one, from the text streamed so far.
 func (c *call) relay(fc *fiber.Ctx, resp *fasthttp.Response) error {
 	c.setHeaders(fc)
-	fc.Set("X-Taskgate-Cost-Estimate", config.FormatMicros(c.estMoney))
+	var nb [32]byte // SetCanonical copies
+	fc.Response().Header.SetCanonical([]byte("X-Taskgate-Cost-Estimate"), config.AppendMicros(nb[:0], c.estMoney))
 	fc.Set(fiber.HeaderContentType, "text/event-stream")
 	fc.Set(fiber.HeaderCacheControl, "no-cache")
 	fc.Status(c.status)
