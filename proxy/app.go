@@ -2,17 +2,28 @@ package proxy
 
 import (
 	"context"
+	"net"
 	"strings"
-	"taskgate/internal/jsonstr"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
+
+	"taskgate/internal/jsonstr"
 )
 
 // ClientApp builds the client API app (DESIGN §3). It serves no admin path.
 func (s *Server) ClientApp() *fiber.App {
 	app := fiber.New(fiberConfig(s.state.Load().cfg, "taskgate", s.errorHandler))
+	// A stream's connection is taken over by its relay (relay.go) and
+	// handed back with ServeConn afterwards: fasthttp must not close it.
+	app.Server().KeepHijackedConns = true
+	s.clientSrv = app.Server()
+	s.clientSrv.ConnState = func(c net.Conn, st fasthttp.ConnState) {
+		if st != fasthttp.StateIdle {
+			s.handedBack.Delete(c) // a request began: fasthttp tracks it again
+		}
+	}
 	for _, r := range routes {
 		app.Post(r.path, s.handler(r.rt))
 	}
@@ -149,6 +160,7 @@ func (s *Server) getResponse(fc *fiber.Ctx) error {
 // until in-flight calls, streams and settlements finish or ctx ends.
 func (s *Server) Drain(ctx context.Context, apps ...*fiber.App) error {
 	s.SetDraining()
+	s.closeHandedBack()
 	for _, a := range apps {
 		if a == nil {
 			continue

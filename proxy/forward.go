@@ -45,11 +45,15 @@ func (c *call) forward(fc *fiber.Ctx) error {
 		req := fasthttp.AcquireRequest()
 		resp := fasthttp.AcquireResponse()
 		c.buildRequest(req, up)
-		if c.stream {
-			resp.StreamBody = true
-		}
 		t0 := time.Now()
-		err = up.client.DoDeadline(req, resp, t0.Add(up.ep.Timeout))
+		deadline := t0.Add(up.ep.Timeout)
+		var uc *upConn
+		var rest []byte
+		if c.stream {
+			uc, rest, err = up.streams.do(req, resp, deadline)
+		} else {
+			err = up.client.DoDeadline(req, resp, deadline)
+		}
 		fasthttp.ReleaseRequest(req)
 		if err != nil {
 			kind := classifyErr(err)
@@ -77,8 +81,8 @@ func (c *call) forward(fc *fiber.Ctx) error {
 				// The caller's fault (400, 404, 413, 422 …): pass it through, no failover.
 				return c.passThrough(fc, resp)
 			}
-			if c.stream {
-				return c.relay(fc, resp)
+			if uc != nil {
+				return c.relay(fc, resp, uc, rest, deadline)
 			}
 			return c.answer(fc, resp)
 		}
@@ -96,8 +100,8 @@ func (c *call) forward(fc *fiber.Ctx) error {
 		if i < len(c.endpoints)-1 {
 			c.s.m.Failovers.WithLabelValues(up.ep.Name, kind).Inc()
 		}
-		if c.stream {
-			_ = resp.CloseBodyStream()
+		if uc != nil {
+			uc.Close()
 		}
 		fasthttp.ReleaseResponse(resp)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"taskgate/config"
 	"taskgate/guard"
@@ -72,6 +73,12 @@ type Server struct {
 	pending  sync.WaitGroup // settlements and streams not yet finished
 	workers  *workerPool    // runs settlements after the answer
 	mc       *childCache    // metric children of the hot path
+	// clientSrv serves the client API; a stream's connection returns to it
+	// after the stream (keep-alive).
+	clientSrv *fasthttp.Server
+	// handedBack holds the connections streams gave back that wait for
+	// their next request (see serveAgain).
+	handedBack sync.Map
 
 	upMu      sync.Mutex
 	upstreams map[string]*upstream // by endpoint name, kept across reloads while unchanged
@@ -152,6 +159,11 @@ func (s *Server) Swap(reg *tasks.Registry) error {
 			s.m.BreakerOpen.WithLabelValues(ep.Name).Set(0)
 			up.ttfb = s.m.UpstreamTTFB.WithLabelValues(ep.Name)
 			ups[ep.Name] = up
+		}
+	}
+	for name, old := range s.upstreams {
+		if ups[name] != old {
+			old.streams.closeIdle()
 		}
 	}
 	s.upstreams = ups

@@ -2,98 +2,241 @@ package proxy
 
 import (
 	"bufio"
-	"io"
+	"bytes"
+	"crypto/x509"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"taskgate/config"
+	"taskgate/internal/fakeupstream"
 	"taskgate/tasks"
 )
-
-// pausingReader returns its parts one Read at a time, then blocks until
-// release is closed, then reports EOF.
-type pausingReader struct {
-	parts   []string
-	release chan struct{}
-}
-
-func (r *pausingReader) Read(p []byte) (int, error) {
-	if len(r.parts) == 0 {
-		<-r.release
-		return 0, io.EOF
-	}
-	n := copy(p, r.parts[0])
-	r.parts[0] = r.parts[0][n:]
-	if r.parts[0] == "" {
-		r.parts = r.parts[1:]
-	}
-	return n, nil
-}
 
 func event(text string) string {
 	return `data: {"choices":[{"delta":{"content":"` + text + `"}}]}` + "\n\n"
 }
 
-// TestRelayWritesEachEventWithoutWaiting checks the relay's batching: events
-// that arrived together share one write, and an event is never held back
-// while the next one is still arriving.
+// testRelay is a relay over an identity-framed upstream body, for the
+// framing tests.
+func testRelay() *streamRelay {
+	c := &call{rt: routeChat, task: &tasks.Task{Task: config.Task{Key: "a.b"}}, haveUsage: true}
+	return &streamRelay{c: c, up: &upConn{left: -1}}
+}
+
+// TestRelayWritesEachEventWithoutWaiting checks the relay's framing: each
+// whole event is output as soon as its bytes are in, events that arrived
+// together are output together, and a partial event waits for its end.
 func TestRelayWritesEachEventWithoutWaiting(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		parts []string
-		want  string // the first write
+		want  []string // the output after each part
 	}{
-		{"next event partly arrived", []string{event("a") + `data: {"choi`}, event("a")},
-		{"two whole events arrived together", []string{event("a") + event("b") + `data: {"choi`}, event("a") + event("b")},
-		{"one event per read", []string{event("a"), event("b")}, event("a")},
-		{"an event longer than the reader", []string{event(strings.Repeat("x", 5000)) + `data: {"choi`}, event(strings.Repeat("x", 5000))},
+		{"next event partly arrived", []string{event("a") + `data: {"choi`}, []string{event("a")}},
+		{"two whole events arrived together", []string{event("a") + event("b") + `data: {"choi`}, []string{event("a") + event("b")}},
+		{"one event per read", []string{event("a"), event("b")}, []string{event("a"), event("b")}},
+		{"an event split across reads", []string{event("a")[:7], event("a")[7:]}, []string{"", event("a")}},
+		{"the blank line split from its event", []string{strings.TrimSuffix(event("a"), "\n"), "\n"}, []string{"", event("a")}},
+		{"an event longer than a read", []string{event(strings.Repeat("x", 5000))[:4096], event(strings.Repeat("x", 5000))[4096:]}, []string{"", event(strings.Repeat("x", 5000))}},
 		// The relay ends each event with "\n" whatever the upstream used.
-		{"CRLF lines", []string{strings.ReplaceAll(event("a"), "\n", "\r\n") + "data: x"}, strings.TrimSuffix(strings.ReplaceAll(event("a"), "\n", "\r\n"), "\r\n") + "\n"},
+		{"CRLF lines", []string{strings.ReplaceAll(event("a"), "\n", "\r\n") + "data: x"}, []string{strings.TrimSuffix(strings.ReplaceAll(event("a"), "\n", "\r\n"), "\r\n") + "\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &pausingReader{parts: tc.parts, release: make(chan struct{})}
-			defer close(r.release)
-			b := &sseBody{c: &call{rt: routeChat, task: &tasks.Task{Task: config.Task{Key: "a.b"}}}, r: bufio.NewReaderSize(r, 4<<10)}
-			got := make(chan string, 1)
-			go func() {
-				if b.next() {
-					got <- string(b.out)
-				} else {
-					got <- "<nothing>"
+			r := testRelay()
+			for i, p := range tc.parts {
+				r.out = r.out[:0]
+				r.take([]byte(p))
+				if string(r.out) != tc.want[i] {
+					t.Errorf("after part %d: output %q, want %q", i, r.out, tc.want[i])
 				}
-			}()
-			select {
-			case s := <-got:
-				if s != tc.want {
-					t.Errorf("first write %q, want %q", s, tc.want)
-				}
-			case <-time.After(2 * time.Second):
-				t.Fatal("the relay waited for the next event before writing the first")
 			}
 		})
 	}
 }
 
-// TestRelayReadMatchesWriteTo checks that reading the body gives the bytes
-// WriteTo writes (fasthttp uses either).
-func TestRelayReadMatchesWriteTo(t *testing.T) {
-	stream := event("a") + event("b") + "data: [DONE]\n\n"
-	body := func() *sseBody {
-		r := &pausingReader{parts: []string{stream[:30], stream[30:]}, release: make(chan struct{})}
-		close(r.release)
-		c := &call{rt: routeChat, task: &tasks.Task{Task: config.Task{Key: "a.b"}}, haveUsage: true}
-		return &sseBody{c: c, r: bufio.NewReaderSize(r, 1<<10)}
+// referenceFraming is the relay's framing written the plain way (a line
+// reader over the whole body), to compare with.
+func referenceFraming(c *call, body string) string {
+	br := bufio.NewReader(strings.NewReader(body))
+	var out, ev []byte
+	st := &streamState{}
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 && len(bytes.TrimRight(line, "\r\n")) == 0 {
+			if len(ev) > 0 {
+				out = c.emit(out, st, ev)
+				ev = ev[:0]
+			}
+			continue
+		}
+		ev = append(ev, line...)
+		if err != nil {
+			break
+		}
 	}
-	var w strings.Builder
-	if _, err := body().WriteTo(&w); err != nil {
-		t.Fatal(err)
+	if len(ev) > 0 {
+		out = c.emit(out, st, ev)
 	}
-	read, err := io.ReadAll(struct{ io.Reader }{body()})
+	return string(out)
+}
+
+// relayOutput runs body through a relay in reads of the given sizes.
+func relayOutput(body string, sizes []int) string {
+	r := testRelay()
+	for i := 0; len(body) > 0; i++ {
+		n := len(body)
+		if len(sizes) > 0 {
+			n = min(n, max(1, sizes[i%len(sizes)]))
+		}
+		r.take([]byte(body[:n]))
+		body = body[n:]
+	}
+	r.emitPartial()
+	return string(r.out)
+}
+
+// TestRelayFramingMatchesReference compares the relay's incremental
+// framing with the reference on streams cut at every byte.
+func TestRelayFramingMatchesReference(t *testing.T) {
+	bodies := []string{
+		event("a") + event("b") + "data: [DONE]\n\n",
+		"event: response.created\ndata: {\"type\":\"response.created\"}\n\n: comment\n\ndata: x",
+		"\n\n\r\n" + event("a") + "data: partial line",
+		strings.ReplaceAll(event("a")+event("b"), "\n", "\r\n"),
+		"data: x\n\r",
+		"data: one\ndata: two\n\n\n\ndata: three\n",
+	}
+	for _, body := range bodies {
+		want := referenceFraming(testRelay().c, body)
+		for cut := 1; cut <= len(body); cut++ {
+			if got := relayOutput(body, []int{cut}); got != want {
+				t.Fatalf("body %q in reads of %d:\n got %q\nwant %q", body, cut, got, want)
+			}
+		}
+	}
+}
+
+// FuzzRelayFraming compares the relay's framing with the reference on any
+// body cut into reads of any sizes.
+func FuzzRelayFraming(f *testing.F) {
+	f.Add(event("a")+event("b")+"data: [DONE]\n\n", []byte{3, 50})
+	f.Add("data: x\r\n\r\ndata: y", []byte{1})
+	f.Fuzz(func(t *testing.T, body string, cuts []byte) {
+		sizes := make([]int, len(cuts))
+		for i, c := range cuts {
+			sizes[i] = int(c)
+		}
+		if got, want := relayOutput(body, sizes), referenceFraming(testRelay().c, body); got != want {
+			t.Fatalf("got %q\nwant %q", got, want)
+		}
+	})
+}
+
+// chunked encodes data as chunks of the given size, with an extension and
+// a trailer, the way an upstream might.
+func chunked(data string, size int) string {
+	var b strings.Builder
+	for i := 0; i < len(data); i += size {
+		part := data[i:min(len(data), i+size)]
+		b.WriteString(strconv.FormatInt(int64(len(part)), 16))
+		if i == 0 {
+			b.WriteString(";name=value")
+		}
+		b.WriteString("\r\n" + part + "\r\n")
+	}
+	return b.String() + "0\r\nX-Trailer: t\r\n\r\n"
+}
+
+// TestChunkDecoder decodes chunked bodies fed in pieces of every size, and
+// refuses malformed ones.
+func TestChunkDecoder(t *testing.T) {
+	data := event("hello") + event("world") + "data: [DONE]\n\n"
+	for _, size := range []int{1, 7, 64, 1000} {
+		enc := chunked(data, size) + "NEXT"
+		for piece := 1; piece <= len(enc); piece++ {
+			var d chunkDecoder
+			var out []byte
+			rest := ""
+			for i := 0; i < len(enc); i += piece {
+				p := enc[i:min(len(enc), i+piece)]
+				var used int
+				var err error
+				out, used, err = d.decode(out, []byte(p))
+				if err != nil {
+					t.Fatalf("size %d piece %d: %v", size, piece, err)
+				}
+				if d.done() {
+					rest = p[used:] + enc[min(len(enc), i+piece):]
+					break
+				}
+			}
+			if string(out) != data || !d.done() || rest != "NEXT" {
+				t.Fatalf("size %d piece %d: decoded %q done %v rest %q", size, piece, out, d.done(), rest)
+			}
+		}
+	}
+	for _, bad := range []string{"x\r\n", "\r\n", "5\r\nhelloX", "5\rX", "fffffffffffffffff\r\n"} {
+		var d chunkDecoder
+		if _, _, err := d.decode(nil, []byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	// LF-only line ends are taken.
+	var d chunkDecoder
+	out, _, err := d.decode(nil, []byte("3\nabc\n0\n\n"))
+	if err != nil || string(out) != "abc" || !d.done() {
+		t.Errorf("LF-only: %q %v %v", out, err, d.done())
+	}
+}
+
+// TestStreamClientOverTLS streams from an https upstream through the
+// streamed calls' client: the body after the headers is read on the
+// connection it returns (a TLS stream waits on its goroutine).
+func TestStreamClientOverTLS(t *testing.T) {
+	fake, err := fakeupstream.New(fakeupstream.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(read) != w.String() || w.String() != stream {
-		t.Errorf("Read %q\nWriteTo %q\nwant %q", read, w.String(), stream)
+	defer fake.Close()
+	ts := httptest.NewTLSServer(fake.Handler())
+	defer ts.Close()
+	host := strings.TrimPrefix(ts.URL, "https://")
+	sc := newStreamClient(host, host, true, time.Second, time.Second)
+	sc.tls.RootCAs = x509.NewCertPool()
+	sc.tls.RootCAs.AddCert(ts.Certificate())
+	sc.tls.ServerName = "example.com" // the test certificate's name
+	for i := 0; i < 2; i++ {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.Header.SetMethod("POST")
+		req.SetRequestURI(ts.URL + "/v1/chat/completions")
+		req.SetBodyString(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+		uc, rest, err := sc.do(req, resp, time.Now().Add(5*time.Second))
+		if err != nil || uc == nil || resp.StatusCode() != 200 {
+			t.Fatalf("do: %v, conn %v, status %d", err, uc, resp.StatusCode())
+		}
+		if uc.raw != nil {
+			t.Error("a TLS connection is not waited for in the poller")
+		}
+		var d chunkDecoder
+		body, _, err := d.decode(nil, rest)
+		buf := make([]byte, 4096)
+		for err == nil && !d.done() {
+			var n int
+			if n, err = uc.Read(buf); n > 0 {
+				body, _, err = d.decode(body, buf[:n])
+			}
+		}
+		if err != nil || !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) {
+			t.Fatalf("body %q, err %v", body, err)
+		}
+		sc.put(uc)
+		if len(sc.idle) != 1 {
+			t.Fatalf("%d idle connections", len(sc.idle))
+		}
 	}
 }

@@ -22,7 +22,8 @@ import (
 // and the endpoint's circuit breaker.
 type upstream struct {
 	ep         *tasks.Endpoint
-	client     *fasthttp.HostClient
+	client     *fasthttp.HostClient // plain calls
+	streams    *streamClient        // streamed calls
 	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
 	pathPrefix string // the base URL's path, e.g. "/v1"
 	host       string
@@ -80,6 +81,7 @@ func newUpstream(ep *tasks.Endpoint, onState func(name string, open float64)) (*
 			return &timeoutConn{Conn: c, t: timeouts}, nil
 		},
 	}
+	up.streams = newStreamClient(addr, u.Host, u.Scheme == "https", connect, ep.FirstByteTimeout)
 	failures := ep.Breaker.Failures
 	if failures <= 0 {
 		failures = 5

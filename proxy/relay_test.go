@@ -1,0 +1,244 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"taskgate/internal/fakeupstream"
+	"taskgate/proxy"
+)
+
+// heldConfig is relConfig with room for streams that pause between events.
+var heldConfig = strings.NewReplacer("timeout: 3s", "timeout: 20s", "idle_timeout: 300ms", "idle_timeout: 10s").Replace(relConfig)
+
+// goroutinesIn counts the goroutines whose stack has a frame containing fn.
+func goroutinesIn(fn string) int {
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHeldStreamsWaitWithoutAGoroutine opens streams whose upstream pauses
+// between events and checks that while they wait no goroutine of the
+// gateway holds them (each waits in the poller), and that each then runs to
+// its end and is settled.
+func TestHeldStreamsWaitWithoutAGoroutine(t *testing.T) {
+	const n = 40
+	e := newEnv(t, heldConfig, envOptions{})
+	e.up.SetDefault(fakeupstream.Behavior{Chunks: []string{" one", " two", " three"}, EventDelay: time.Second})
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: n, MaxIdleConnsPerHost: n}}
+	defer client.CloseIdleConnections()
+
+	var started, done sync.WaitGroup
+	var ok atomic.Int64
+	started.Add(n)
+	done.Add(n)
+	for i := 0; i < n; i++ {
+		go func() {
+			defer done.Done()
+			first := true
+			defer func() {
+				if first {
+					started.Done()
+				}
+			}()
+			req, _ := http.NewRequest("POST", e.clientURL+"/v1/chat/completions", strings.NewReader(chatBody("rel.single", true)))
+			req.Header.Set("Authorization", "Bearer "+testKey)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			text, sawDone := "", false
+			for sc.Scan() {
+				line := sc.Text()
+				if first && strings.HasPrefix(line, "data:") {
+					first = false
+					started.Done()
+				}
+				if line == "data: [DONE]" {
+					sawDone = true
+				}
+				text += gjson.Get(strings.TrimPrefix(line, "data: "), "choices.0.delta.content").Str
+			}
+			if text == " one two three" && sawDone {
+				ok.Add(1)
+			} else {
+				t.Errorf("stream text %q, [DONE] %v", text, sawDone)
+			}
+		}()
+	}
+	started.Wait()
+	waitFor(t, "every stream to wait in the poller", func() bool { return proxy.ParkedStreams() >= n })
+	if g := goroutinesIn("proxy.(*streamRelay)"); g != 0 {
+		t.Errorf("%d goroutines inside the relay while every stream waits", g)
+	}
+	if g := goroutinesIn("fasthttp.(*Server).serveConn"); g > n/4 {
+		t.Errorf("%d connection goroutines for %d waiting streams", g, n)
+	}
+	done.Wait()
+	if ok.Load() != n {
+		t.Fatalf("%d of %d streams whole", ok.Load(), n)
+	}
+	waitFor(t, "the streams to leave the poller", func() bool { return proxy.ParkedStreams() == 0 })
+	checkSettled(t, e, "rel.single")
+	if got := e.relMetric("taskgate_tokens_total", "task", "rel.single", "direction", "output"); got != 3*n {
+		t.Errorf("output tokens %v, want %d", got, 3*n)
+	}
+}
+
+// TestStreamsWaitingOnAGoroutine runs the stream tests with the poller
+// off: the way every stream waits where epoll is missing, and every stream
+// to a TLS upstream.
+func TestStreamsWaitingOnAGoroutine(t *testing.T) {
+	defer proxy.SetStreamPolling(false)()
+	t.Run("event by event", TestChatStreamEventByEvent)
+	t.Run("usage", TestStreamIncludeUsageWhenAsked)
+	t.Run("cut", TestStreamCutMidway)
+	t.Run("stall", TestStreamStallMidway)
+	t.Run("client abort", TestClientAbortCancelsUpstream)
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// TestStreamsReuseUpstreamConnections checks that streamed calls in a row
+// share one upstream connection, and that a connection the upstream closed
+// while idle is not used again.
+func TestStreamsReuseUpstreamConnections(t *testing.T) {
+	fake, err := fakeupstream.New(fakeupstream.Options{APIKey: upstreamKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &countingListener{Listener: ln}
+	hs := &http.Server{Handler: fake.Handler()}
+	go hs.Serve(cl)
+	defer hs.Close()
+	e := newEnv(t, strings.Replace(relConfig, "{{UP}}", "http://"+ln.Addr().String()+"/v1", 1), envOptions{})
+	sdk := e.sdk(testKey)
+	stream := func() {
+		t.Helper()
+		s := sdk.Chat.Completions.NewStreaming(context.Background(), chatParams("rel.single", "hi"))
+		text := ""
+		for s.Next() {
+			if c := s.Current(); len(c.Choices) > 0 {
+				text += c.Choices[0].Delta.Content
+			}
+		}
+		if s.Err() != nil || text == "" {
+			t.Fatalf("text %q, err %v", text, s.Err())
+		}
+	}
+	for i := 0; i < 10; i++ {
+		stream()
+	}
+	if got := cl.accepted.Load(); got != 1 {
+		t.Errorf("10 streams in a row opened %d upstream connections, want 1", got)
+	}
+	hs.SetKeepAlivesEnabled(false) // closes the idle connection
+	time.Sleep(50 * time.Millisecond)
+	hs.SetKeepAlivesEnabled(true)
+	stream()
+	if got := cl.accepted.Load(); got != 2 {
+		t.Errorf("after the upstream closed the idle connection: %d connections, want 2", got)
+	}
+	if errs := e.relMetric("taskgate_upstream_errors_total", "endpoint", "primary", "kind", "connect"); errs != 0 {
+		t.Errorf("%v connect errors", errs)
+	}
+	checkSettled(t, e, "rel.single")
+}
+
+// TestStreamToOldAndPipeliningClients checks a stream to an HTTP/1.0
+// client (no chunked coding; the connection closes at the end) and a
+// request pipelined behind a stream on the same connection.
+func TestStreamToOldAndPipeliningClients(t *testing.T) {
+	e := newEnv(t, relConfig, envOptions{})
+	addr := strings.TrimPrefix(e.clientURL, "http://")
+	request := func(proto, body string) string {
+		return "POST /v1/chat/completions " + proto + "\r\nHost: gw\r\nAuthorization: Bearer " + testKey +
+			"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	t.Run("HTTP/1.0", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, request("HTTP/1.0", chatBody("rel.single", true))); err != nil {
+			t.Fatal(err)
+		}
+		all, err := io.ReadAll(c) // until the gateway closes
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, body, _ := strings.Cut(string(all), "\r\n\r\n")
+		if !strings.HasPrefix(head, "HTTP/1.1 200") || strings.Contains(strings.ToLower(head), "chunked") {
+			t.Errorf("head %q", head)
+		}
+		if !strings.HasPrefix(body, "data: {") || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+			t.Errorf("body %q", body)
+		}
+	})
+	t.Run("pipelined", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		both := request("HTTP/1.1", chatBody("rel.single", true)) + request("HTTP/1.1", chatBody("rel.single", false))
+		if _, err := io.WriteString(c, both); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		for i, want := range []string{"data: [DONE]", `"object":"chat.completion"`} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("answer %d: %v", i, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+				t.Fatalf("answer %d: status %d, err %v, body %q", i, resp.StatusCode, err, b)
+			}
+		}
+	})
+	checkSettled(t, e, "rel.single")
+}

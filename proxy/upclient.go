@@ -1,0 +1,248 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// streamClient is an endpoint's client for streamed calls: a small HTTP/1.1
+// client of taskgate's own, so that once the answer's headers are in, the
+// connection and the bytes after them belong to the relay (relay.go), which
+// holds no goroutine and no read buffer while it waits. Plain calls use the
+// endpoint's fasthttp client.
+type streamClient struct {
+	addr      string
+	tls       *tls.Config // nil for http://
+	connect   time.Duration
+	firstByte time.Duration
+
+	mu   sync.Mutex
+	idle []*upConn // the most recently used last
+}
+
+// Bounds of the streamed calls' connections.
+const (
+	maxIdleStreamConns = 512
+	streamConnIdle     = 30 * time.Second // an idle connection older is closed, not reused
+	maxErrorBody       = 1 << 20          // an error answer's body is read up to this
+)
+
+// upConn is one upstream connection of streamed calls and how the answer's
+// body on it is framed.
+type upConn struct {
+	net.Conn
+	raw    syscall.RawConn // plain TCP: read without blocking, waited for in the poller
+	fd     int
+	idleAt time.Time
+
+	chunked bool
+	left    int64 // identity: body bytes still to come; -1 until the upstream closes
+}
+
+func newStreamClient(addr, host string, isTLS bool, connect, firstByte time.Duration) *streamClient {
+	sc := &streamClient{addr: addr, connect: connect, firstByte: firstByte}
+	if isTLS {
+		name := host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			name = h
+		}
+		sc.tls = &tls.Config{ServerName: name, NextProtos: []string{"http/1.1"}, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+	}
+	return sc
+}
+
+// do sends req and reads the answer's headers into resp. A 2xx answer
+// returns its connection and the body bytes that came with the headers; any
+// other answer is read whole into resp (up to maxErrorBody) and returns no
+// connection. A reused connection the upstream had closed is replaced once.
+func (sc *streamClient) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (*upConn, []byte, error) {
+	for attempt := 0; ; attempt++ {
+		uc, reused := sc.get(), true
+		if uc == nil {
+			var err error
+			if uc, err = sc.dial(deadline); err != nil {
+				return nil, nil, err
+			}
+			reused = false
+		}
+		keep, rest, err := sc.exchange(uc, req, resp, deadline)
+		if err == nil {
+			if !keep {
+				uc.Close()
+				return nil, nil, nil
+			}
+			return uc, rest, nil
+		}
+		uc.Close()
+		var ne net.Error
+		if reused && attempt == 0 && !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, fasthttp.ErrTimeout) {
+			resp.Reset()
+			continue // the upstream closed the idle connection: a fresh one
+		}
+		return nil, nil, err
+	}
+}
+
+// exchange writes req on uc and reads the answer's headers. keep is false
+// when the answer is not a stream (its whole body is in resp).
+func (sc *streamClient) exchange(uc *upConn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (keep bool, rest []byte, err error) {
+	_ = uc.SetWriteDeadline(deadline)
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(uc.Conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	writerPool.Put(bw)
+	if err != nil {
+		return false, nil, err
+	}
+	rd := deadline
+	if sc.firstByte > 0 {
+		if fb := time.Now().Add(sc.firstByte); fb.Before(rd) {
+			rd = fb
+		}
+	}
+	_ = uc.SetReadDeadline(rd)
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(uc.Conn)
+	defer func() {
+		br.Reset(nil)
+		readerPool.Put(br)
+	}()
+	for {
+		if err = resp.Header.Read(br); err != nil {
+			return false, nil, err
+		}
+		if st := resp.Header.StatusCode(); st >= 200 || st < 100 {
+			break
+		}
+	}
+	if st := resp.Header.StatusCode(); st < 200 || st >= 300 {
+		_ = uc.SetReadDeadline(deadline)
+		if err = resp.ReadBody(br, maxErrorBody); err != nil {
+			return false, nil, err
+		}
+		return false, nil, nil
+	}
+	switch cl := resp.Header.ContentLength(); {
+	case cl == -1:
+		uc.chunked = true
+	case cl >= 0:
+		uc.chunked, uc.left = false, int64(cl)
+	default:
+		uc.chunked, uc.left = false, -1
+	}
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		rest = append([]byte(nil), b...)
+	}
+	_ = uc.SetDeadline(time.Time{}) // the relay keeps the stream's limits
+	return true, rest, nil
+}
+
+var (
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+)
+
+func (sc *streamClient) dial(deadline time.Time) (*upConn, error) {
+	d := net.Dialer{Timeout: sc.connect, Deadline: deadline}
+	c, err := d.Dial("tcp", sc.addr)
+	if err != nil {
+		return nil, &connectError{err: err}
+	}
+	uc := &upConn{Conn: c, fd: -1}
+	if sc.tls != nil {
+		tc := tls.Client(c, sc.tls)
+		hd := deadline
+		if sc.connect > 0 {
+			if t := time.Now().Add(sc.connect); t.Before(hd) {
+				hd = t
+			}
+		}
+		_ = c.SetDeadline(hd)
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, &connectError{err: err}
+		}
+		uc.Conn = tc
+		return uc, nil
+	}
+	if tc, ok := c.(*net.TCPConn); ok && pollable {
+		if raw, err := tc.SyscallConn(); err == nil {
+			uc.raw = raw
+			_ = raw.Control(func(fd uintptr) { uc.fd = int(fd) })
+		}
+	}
+	return uc, nil
+}
+
+// get takes the most recently used idle connection that is still open.
+func (sc *streamClient) get() *upConn {
+	now := time.Now()
+	for {
+		sc.mu.Lock()
+		n := len(sc.idle)
+		if n == 0 {
+			sc.mu.Unlock()
+			return nil
+		}
+		uc := sc.idle[n-1]
+		sc.idle[n-1] = nil
+		sc.idle = sc.idle[:n-1]
+		sc.mu.Unlock()
+		if now.Sub(uc.idleAt) < streamConnIdle && uc.open() {
+			return uc
+		}
+		uc.Close()
+	}
+}
+
+// put keeps a connection whose answer was read to its end for the next
+// streamed call; connections idle too long are closed.
+func (sc *streamClient) put(uc *upConn) {
+	uc.idleAt = time.Now()
+	sc.mu.Lock()
+	stale := 0
+	for stale < len(sc.idle) && uc.idleAt.Sub(sc.idle[stale].idleAt) >= streamConnIdle {
+		stale++
+	}
+	old := append([]*upConn(nil), sc.idle[:stale]...)
+	if stale > 0 {
+		sc.idle = append(sc.idle[:0], sc.idle[stale:]...)
+	}
+	full := len(sc.idle) >= maxIdleStreamConns
+	if !full {
+		sc.idle = append(sc.idle, uc)
+	}
+	sc.mu.Unlock()
+	for _, c := range old {
+		c.Close()
+	}
+	if full {
+		uc.Close()
+	}
+}
+
+// closeIdle closes every idle connection (the endpoint left the config).
+func (sc *streamClient) closeIdle() {
+	sc.mu.Lock()
+	idle := sc.idle
+	sc.idle = nil
+	sc.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+}
+
+// errWouldBlock is a read that found nothing to read yet.
+var errWouldBlock = errors.New("would block")
