@@ -474,7 +474,7 @@ func (r *streamRelay) close(clientOK bool) {
 	if r.poll != nil {
 		r.poll.forget(r)
 	}
-	if r.bodyDone && r.reusable && r.sc != nil {
+	if r.bodyDone && r.reusable && !r.up.last && r.sc != nil {
 		r.sc.put(r.up)
 	} else {
 		r.up.Close()

@@ -44,6 +44,7 @@ type upConn struct {
 
 	chunked bool
 	left    int64 // identity: body bytes still to come; -1 until the upstream closes
+	last    bool  // the upstream closes the connection after this answer
 }
 
 func newStreamClient(addr, host string, isTLS bool, connect, firstByte time.Duration) *streamClient {
@@ -133,6 +134,7 @@ func (sc *streamClient) exchange(uc *upConn, req *fasthttp.Request, resp *fastht
 		}
 		return false, nil, nil
 	}
+	uc.last = resp.Header.ConnectionClose()
 	switch cl := resp.Header.ContentLength(); {
 	case cl == -1:
 		uc.chunked = true
