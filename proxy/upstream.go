@@ -137,26 +137,43 @@ type timeoutConn struct {
 	mu       sync.Mutex
 	hard     time.Time // fasthttp's deadline
 	begun    bool      // a byte of the current response was read
+	armed    bool      // the first-byte deadline of the current request is set
 	timedOut bool      // the last read failed on our own (not fasthttp's) limit
 }
 
+// SetReadDeadline is called by fasthttp once the request is written: the
+// connection gets the earlier of t and the first-byte limit at once, so
+// that the response's first read sets no deadline of its own.
 func (c *timeoutConn) SetReadDeadline(t time.Time) error {
+	d := c.soft(t, c.t.firstByte)
 	c.mu.Lock()
 	c.hard = t
+	c.armed = !c.begun
 	c.mu.Unlock()
-	return c.Conn.SetReadDeadline(t)
+	return c.Conn.SetReadDeadline(d)
+}
+
+// soft is the earlier of hard and now + limit (limit 0: hard).
+func (c *timeoutConn) soft(hard time.Time, limit time.Duration) time.Time {
+	if limit > 0 {
+		if s := time.Now().Add(limit); hard.IsZero() || s.Before(hard) {
+			return s
+		}
+	}
+	return hard
 }
 
 func (c *timeoutConn) SetDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.hard = t
+	c.armed = false
 	c.mu.Unlock()
 	return c.Conn.SetDeadline(t)
 }
 
 func (c *timeoutConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	c.begun = false
+	c.begun, c.armed = false, false
 	c.mu.Unlock()
 	return c.Conn.Write(p)
 }
@@ -167,14 +184,11 @@ func (c *timeoutConn) Read(p []byte) (int, error) {
 	if !c.begun {
 		limit = c.t.firstByte
 	}
-	d := c.hard
-	if limit > 0 {
-		if soft := time.Now().Add(limit); d.IsZero() || soft.Before(d) {
-			d = soft
-		}
-	}
+	hard, armed := c.hard, c.armed && !c.begun
 	c.mu.Unlock()
-	_ = c.Conn.SetReadDeadline(d)
+	if !armed {
+		_ = c.Conn.SetReadDeadline(c.soft(hard, limit))
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()
