@@ -28,7 +28,7 @@ const (
 )
 
 // noStreamPolling lets tests make every stream wait on a goroutine, as it
-// does where no epoll is available or the upstream speaks TLS.
+// does where no epoll is available.
 var noStreamPolling atomic.Bool
 
 // maxPendingEvent bounds an SSE event the relay holds while it arrives.
@@ -38,8 +38,8 @@ const maxPendingEvent = 8 << 20
 // from fasthttp: the headers, then the upstream's SSE events, each written
 // as soon as it is whole (events that arrived together share a write), then
 // the gateway's error event if the upstream broke off. Between reads it
-// holds no goroutine and no buffer: a plain-TCP upstream socket waits in
-// the poller, a TLS one on the relay's goroutine.
+// holds no goroutine and no buffer: the upstream socket waits in the
+// poller (on the relay's goroutine where there is no epoll).
 type streamRelay struct {
 	c      *call
 	up     *upConn
@@ -292,6 +292,7 @@ func (r *streamRelay) park() bool {
 			r.timer.Stop()
 		}
 		r.poll = nil
+		r.up.blocking()
 		r.state.Store(relayRunning)
 		return false
 	}
@@ -475,6 +476,7 @@ func (r *streamRelay) close(clientOK bool) {
 		r.poll.forget(r)
 	}
 	if r.bodyDone && r.reusable && !r.up.last && r.sc != nil {
+		r.up.blocking()
 		r.sc.put(r.up)
 	} else {
 		r.up.Close()

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -106,6 +108,57 @@ func TestHeldStreamsWaitWithoutAGoroutine(t *testing.T) {
 	if got := e.relMetric("taskgate_tokens_total", "task", "rel.single", "direction", "output"); got != 3*n {
 		t.Errorf("output tokens %v, want %d", got, 3*n)
 	}
+}
+
+// TestHeldTLSStreamsWaitWithoutAGoroutine does the same with an https
+// upstream: TLS streams wait in the poller too.
+func TestHeldTLSStreamsWaitWithoutAGoroutine(t *testing.T) {
+	const n = 20
+	fake, err := fakeupstream.New(fakeupstream.Options{APIKey: upstreamKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	fake.SetDefault(fakeupstream.Behavior{Chunks: []string{" one", " two"}, EventDelay: time.Second})
+	ts := httptest.NewTLSServer(fake.Handler())
+	defer ts.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(ts.Certificate())
+	defer proxy.SetStreamRootCAs(pool)()
+	e := newEnv(t, strings.Replace(heldConfig, "{{UP}}", ts.URL+"/v1", 1), envOptions{})
+	sdk := e.sdk(testKey)
+	var started, done sync.WaitGroup
+	started.Add(n)
+	done.Add(n)
+	for i := 0; i < n; i++ {
+		go func() {
+			defer done.Done()
+			s := sdk.Chat.Completions.NewStreaming(context.Background(), chatParams("rel.single", "hi"))
+			text, first := "", true
+			for s.Next() {
+				if c := s.Current(); len(c.Choices) > 0 {
+					text += c.Choices[0].Delta.Content
+				}
+				if first {
+					first = false
+					started.Done()
+				}
+			}
+			if first {
+				started.Done()
+			}
+			if s.Err() != nil || text != " one two" {
+				t.Errorf("text %q, err %v", text, s.Err())
+			}
+		}()
+	}
+	started.Wait()
+	waitFor(t, "every TLS stream to wait in the poller", func() bool { return proxy.ParkedStreams() >= n })
+	if g := goroutinesIn("proxy.(*streamRelay)"); g != 0 {
+		t.Errorf("%d goroutines inside the relay while every stream waits", g)
+	}
+	done.Wait()
+	checkSettled(t, e, "rel.single")
 }
 
 // TestStreamsWaitingOnAGoroutine runs the stream tests with the poller

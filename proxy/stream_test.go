@@ -195,14 +195,16 @@ func TestChunkDecoder(t *testing.T) {
 }
 
 // TestStreamClientOverTLS streams from an https upstream through the
-// streamed calls' client: the body after the headers is read on the
-// connection it returns (a TLS stream waits on its goroutine).
+// streamed calls' client, reading the body after the headers both ways the
+// relay does: blocking, and without blocking (a TLS record may come in
+// pieces), and reuses the connection.
 func TestStreamClientOverTLS(t *testing.T) {
 	fake, err := fakeupstream.New(fakeupstream.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fake.Close()
+	fake.SetDefault(fakeupstream.Behavior{Chunks: []string{"a", "b", "c"}, EventDelay: 20 * time.Millisecond})
 	ts := httptest.NewTLSServer(fake.Handler())
 	defer ts.Close()
 	host := strings.TrimPrefix(ts.URL, "https://")
@@ -210,7 +212,7 @@ func TestStreamClientOverTLS(t *testing.T) {
 	sc.tls.RootCAs = x509.NewCertPool()
 	sc.tls.RootCAs.AddCert(ts.Certificate())
 	sc.tls.ServerName = "example.com" // the test certificate's name
-	for i := 0; i < 2; i++ {
+	for _, nonblocking := range []bool{false, true, true} {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.Header.SetMethod("POST")
 		req.SetRequestURI(ts.URL + "/v1/chat/completions")
@@ -219,21 +221,37 @@ func TestStreamClientOverTLS(t *testing.T) {
 		if err != nil || uc == nil || resp.StatusCode() != 200 {
 			t.Fatalf("do: %v, conn %v, status %d", err, uc, resp.StatusCode())
 		}
-		if uc.raw != nil {
-			t.Error("a TLS connection is not waited for in the poller")
+		if uc.raw == nil || uc.nb == nil {
+			t.Fatal("the TLS connection's socket is not known")
 		}
 		var d chunkDecoder
 		body, _, err := d.decode(nil, rest)
 		buf := make([]byte, 4096)
+		waited := 0
 		for err == nil && !d.done() {
 			var n int
-			if n, err = uc.Read(buf); n > 0 {
+			if nonblocking {
+				n, err = uc.readNow(buf)
+				if err == errWouldBlock {
+					waited++
+					time.Sleep(time.Millisecond)
+					err = nil
+					continue
+				}
+			} else {
+				n, err = uc.Read(buf)
+			}
+			if n > 0 {
 				body, _, err = d.decode(body, buf[:n])
 			}
 		}
-		if err != nil || !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) {
-			t.Fatalf("body %q, err %v", body, err)
+		if err != nil || !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) || !bytes.Contains(body, []byte(`"content":"c"`)) {
+			t.Fatalf("nonblocking %v: body %q, err %v", nonblocking, body, err)
 		}
+		if nonblocking && waited == 0 {
+			t.Error("a stream with pauses never found its socket empty")
+		}
+		uc.blocking()
 		sc.put(uc)
 		if len(sc.idle) != 1 {
 			t.Fatalf("%d idle connections", len(sc.idle))

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"sync"
@@ -38,8 +39,9 @@ const (
 // body on it is framed.
 type upConn struct {
 	net.Conn
-	raw    syscall.RawConn // plain TCP: read without blocking, waited for in the poller
+	raw    syscall.RawConn // the TCP socket: read without blocking, waited for in the poller
 	fd     int
+	nb     *nbConn // TLS: the socket under the TLS connection
 	idleAt time.Time
 
 	chunked bool
@@ -54,7 +56,7 @@ func newStreamClient(addr, host string, isTLS bool, connect, firstByte time.Dura
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			name = h
 		}
-		sc.tls = &tls.Config{ServerName: name, NextProtos: []string{"http/1.1"}, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+		sc.tls = &tls.Config{ServerName: name, NextProtos: []string{"http/1.1"}, ClientSessionCache: tls.NewLRUClientSessionCache(64), RootCAs: streamRootCAs}
 	}
 	return sc
 }
@@ -163,8 +165,19 @@ func (sc *streamClient) dial(deadline time.Time) (*upConn, error) {
 		return nil, &connectError{err: err}
 	}
 	uc := &upConn{Conn: c, fd: -1}
+	if tc, ok := c.(*net.TCPConn); ok && pollable {
+		if raw, err := tc.SyscallConn(); err == nil {
+			uc.raw = raw
+			_ = raw.Control(func(fd uintptr) { uc.fd = int(fd) })
+		}
+	}
 	if sc.tls != nil {
-		tc := tls.Client(c, sc.tls)
+		under := c
+		if uc.raw != nil {
+			uc.nb = &nbConn{TCPConn: c.(*net.TCPConn), raw: uc.raw}
+			under = uc.nb
+		}
+		tc := tls.Client(under, sc.tls)
 		hd := deadline
 		if sc.connect > 0 {
 			if t := time.Now().Add(sc.connect); t.Before(hd) {
@@ -177,13 +190,6 @@ func (sc *streamClient) dial(deadline time.Time) (*upConn, error) {
 			return nil, &connectError{err: err}
 		}
 		uc.Conn = tc
-		return uc, nil
-	}
-	if tc, ok := c.(*net.TCPConn); ok && pollable {
-		if raw, err := tc.SyscallConn(); err == nil {
-			uc.raw = raw
-			_ = raw.Control(func(fd uintptr) { uc.fd = int(fd) })
-		}
 	}
 	return uc, nil
 }
@@ -246,5 +252,56 @@ func (sc *streamClient) closeIdle() {
 	}
 }
 
-// errWouldBlock is a read that found nothing to read yet.
-var errWouldBlock = errors.New("would block")
+// readNow reads what the connection holds without waiting for the
+// upstream: errWouldBlock when it holds nothing yet, io.EOF at its end. A
+// TLS connection reads its socket without blocking through nbConn:
+// crypto/tls keeps a partial record and takes the read again later.
+func (uc *upConn) readNow(p []byte) (int, error) {
+	if uc.nb == nil {
+		return readRaw(uc.raw, p)
+	}
+	uc.nb.nonblocking = true
+	n, err := uc.Conn.Read(p)
+	if n > 0 {
+		return n, nil
+	}
+	return 0, err
+}
+
+// blocking makes a connection's reads wait again (before it serves
+// another call).
+func (uc *upConn) blocking() {
+	if uc.nb != nil {
+		uc.nb.nonblocking = false
+	}
+}
+
+// nbConn is the TCP socket under a TLS connection of a streamed call. Its
+// reads wait as usual until the relay makes them non-blocking: then a read
+// that finds nothing returns errWouldBlock, a temporary net.Error that
+// crypto/tls hands back without failing the connection.
+type nbConn struct {
+	*net.TCPConn
+	raw         syscall.RawConn
+	nonblocking bool // set and read by the goroutine reading the connection
+}
+
+func (c *nbConn) Read(p []byte) (int, error) {
+	if !c.nonblocking {
+		return c.TCPConn.Read(p)
+	}
+	return readRaw(c.raw, p)
+}
+
+// wouldBlock is a read that found nothing to read yet.
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "would block" }
+func (wouldBlock) Timeout() bool   { return true }
+func (wouldBlock) Temporary() bool { return true }
+
+var errWouldBlock error = wouldBlock{}
+
+// streamRootCAs, when set (tests), replaces the system's roots for the
+// streamed calls' TLS connections.
+var streamRootCAs *x509.CertPool

@@ -2,6 +2,8 @@
 
 package proxy
 
+import "syscall"
+
 // pollable: connections are read with blocking reads only.
 const pollable = false
 
@@ -9,5 +11,5 @@ const pollable = false
 // replaced).
 func (uc *upConn) open() bool { return true }
 
-// readNow is not used where connections are not pollable.
-func (uc *upConn) readNow(p []byte) (int, error) { return uc.Read(p) }
+// readRaw is not used where connections are not pollable.
+func readRaw(raw syscall.RawConn, p []byte) (int, error) { return 0, errWouldBlock }

@@ -10,9 +10,9 @@ import (
 // pollable: plain-TCP connections are read without blocking.
 const pollable = true
 
-// open reports whether an idle plain-TCP connection is still usable: no
-// byte and no end waits on it. A TLS connection is taken as open (a closed
-// one fails at once and is replaced).
+// open reports whether an idle connection is still usable: nothing waits
+// on its socket, neither a byte nor its end (peeked, not read, so that a
+// TLS record is not taken from its connection).
 func (uc *upConn) open() bool {
 	if uc.raw == nil {
 		return true
@@ -20,18 +20,18 @@ func (uc *upConn) open() bool {
 	var one [1]byte
 	var rerr error
 	err := uc.raw.Read(func(fd uintptr) bool {
-		_, rerr = syscall.Read(int(fd), one[:])
+		_, _, rerr = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		return true
 	})
 	return err == nil && rerr == syscall.EAGAIN
 }
 
-// readNow reads what the socket holds without waiting: errWouldBlock when
-// it holds nothing, io.EOF at its end.
-func (uc *upConn) readNow(p []byte) (int, error) {
+// readRaw reads what the socket of raw holds without waiting:
+// errWouldBlock when it holds nothing, io.EOF at its end.
+func readRaw(raw syscall.RawConn, p []byte) (int, error) {
 	var n int
 	var rerr error
-	err := uc.raw.Read(func(fd uintptr) bool {
+	err := raw.Read(func(fd uintptr) bool {
 		for {
 			n, rerr = syscall.Read(int(fd), p)
 			if rerr != syscall.EINTR {
