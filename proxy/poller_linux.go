@@ -8,7 +8,10 @@ import (
 // poller waits for many streams' upstream sockets at once in an epoll set
 // of its own, so that a stream waiting for its next event holds no
 // goroutine: when a socket becomes readable (or closes), the poller starts
-// a goroutine to relay what came, and the stream waits again.
+// a goroutine to relay what came, and the stream waits again. It also
+// watches each waiting stream's client connection for a hang-up, so that a
+// client gone during a long pause ends the stream (and the upstream call)
+// at once.
 type poller struct {
 	epfd int
 
@@ -51,8 +54,17 @@ func (p *poller) wait(r *streamRelay) error {
 		p.forget(r)
 		return err
 	}
+	if op == syscall.EPOLL_CTL_ADD && r.clientFD >= 0 {
+		// The client's hang-up, once: the stream then ends without waiting
+		// for its next event (a failed registration only loses that).
+		cev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(r.pollID), Pad: pollClient}
+		r.clientArmed = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, r.clientFD, &cev) == nil
+	}
 	return nil
 }
+
+// pollClient marks (in the event's Pad) a client connection's event.
+const pollClient = 1
 
 // forget removes r's socket from the set (before the socket is closed or
 // reused by another stream).
@@ -65,6 +77,10 @@ func (p *poller) forget(r *streamRelay) {
 	p.mu.Unlock()
 	r.pollID = 0
 	_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, r.up.fd, nil)
+	if r.clientArmed {
+		r.clientArmed = false
+		_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, r.clientFD, nil)
+	}
 }
 
 // parked is how many streams are waiting in the set.
@@ -91,6 +107,9 @@ func (p *poller) loop() {
 			p.mu.Lock()
 			r := p.waiting[uint32(events[i].Fd)]
 			p.mu.Unlock()
+			if r != nil && events[i].Pad == pollClient {
+				r.hup.Store(true) // seen by the relay before it waits again
+			}
 			if r != nil && r.claim() {
 				go r.resume(false)
 			}

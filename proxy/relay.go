@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -50,6 +51,11 @@ type streamRelay struct {
 	pollID uint32
 	timer  *time.Timer
 
+	clientFD    int             // the client socket, watched for a hang-up while waiting; -1: not
+	clientRaw   syscall.RawConn // its raw connection, to look at it without reading
+	clientArmed bool            // the client socket is in the poller's set
+	hup         atomic.Bool     // the poller saw the client hang up
+
 	hard time.Time     // the call's deadline (the endpoint's timeout)
 	idle time.Duration // the endpoint's idle_timeout: the longest gap between reads
 
@@ -81,7 +87,7 @@ func (c *call) relay(fc *fiber.Ctx, resp *fasthttp.Response, uc *upConn, rest []
 	h.SetStatusCode(c.status)
 	fasthttp.ReleaseResponse(resp)
 
-	r := &streamRelay{c: c, up: uc, sc: c.served.streams, hard: deadline, idle: c.served.ep.IdleTimeout, in: rest}
+	r := &streamRelay{c: c, up: uc, sc: c.served.streams, hard: deadline, idle: c.served.ep.IdleTimeout, in: rest, clientFD: -1}
 	rh := &fc.Request().Header
 	r.chunked = rh.IsHTTP11()
 	r.keepAlive = r.chunked && !rh.ConnectionClose() && !c.s.draining.Load()
@@ -132,6 +138,12 @@ func (r *streamRelay) start(hc net.Conn) {
 			r.client = raw
 		} else {
 			r.client = &prefixConn{Conn: raw, r: io.MultiReader(bytes.NewReader(append([]byte(nil), one[:n]...)), hc)}
+		}
+		if tc, ok := raw.(*net.TCPConn); ok && r.poll != nil {
+			if rc, err := tc.SyscallConn(); err == nil {
+				r.clientRaw = rc
+				_ = rc.Control(func(fd uintptr) { r.clientFD = int(fd) })
+			}
 		}
 	}
 	r.run(false)
@@ -204,7 +216,7 @@ func (r *streamRelay) run(timedOut bool) {
 		r.in = nil
 	}
 	for !r.ended {
-		if !r.flush(false) {
+		if !r.flush(false) || (r.hup.Load() && r.clientClosed()) {
 			r.giveBack(b)
 			r.clientGone()
 			return
@@ -279,6 +291,11 @@ func (r *streamRelay) park() bool {
 	}
 	// While arming, the poller and the timer wait for the state to settle.
 	r.state.Store(relayArming)
+	if r.hup.Load() {
+		// The client hung up: the caller looks at it before waiting.
+		r.state.Store(relayRunning)
+		return false
+	}
 	if !d.IsZero() {
 		if r.timer == nil {
 			r.timer = time.AfterFunc(d.Sub(now), r.onTimer)
@@ -298,6 +315,20 @@ func (r *streamRelay) park() bool {
 	}
 	r.state.Store(relayParked)
 	return true
+}
+
+// clientClosed reports whether the client connection has ended (its
+// next byte, peeked, is its end or an error); false clears the hang-up
+// seen, which was then only a half-close with data still to read.
+func (r *streamRelay) clientClosed() bool {
+	if r.clientRaw == nil {
+		return false
+	}
+	closed := peekClosed(r.clientRaw)
+	if !closed {
+		r.hup.Store(false)
+	}
+	return closed
 }
 
 // claim takes a parked stream to resume it; false when another waker (the

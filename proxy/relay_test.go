@@ -161,6 +161,54 @@ func TestHeldTLSStreamsWaitWithoutAGoroutine(t *testing.T) {
 	checkSettled(t, e, "rel.single")
 }
 
+// TestClientGoneWhileWaitingEndsTheStream checks that a client that goes
+// away while its stream waits for the upstream's next event ends the
+// stream at once: the upstream call is dropped and the call settled from
+// what streamed, without waiting for the next event.
+func TestClientGoneWhileWaitingEndsTheStream(t *testing.T) {
+	fake, err := fakeupstream.New(fakeupstream.Options{APIKey: upstreamKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	tr := &closeTracker{h: fake.Handler()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: tr}
+	go hs.Serve(ln)
+	defer hs.Close()
+	e := newEnv(t, strings.Replace(heldConfig, "{{UP}}", "http://"+ln.Addr().String()+"/v1", 1), envOptions{})
+	fake.SetDefault(fakeupstream.Behavior{Chunks: []string{" one", " two"}, EventDelay: 4 * time.Second})
+
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.clientURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := chatBody("rel.single", true)
+	_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer "+testKey+
+		"\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, "data:") {
+			break
+		}
+	}
+	waitFor(t, "the stream to wait in the poller", func() bool { return proxy.ParkedStreams() >= 1 })
+	t0 := time.Now()
+	c.Close()
+	waitFor(t, "the upstream call to be dropped", func() bool { return tr.cancelled.Load() == 1 })
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("the upstream call was dropped %v after the client left; the next event was 4s away", d)
+	}
+	checkSettled(t, e, "rel.single")
+}
+
 // TestStreamsWaitingOnAGoroutine runs the stream tests with the poller
 // off: the way every stream waits where epoll is missing, and every stream
 // to a TLS upstream.

@@ -13,3 +13,6 @@ func (uc *upConn) open() bool { return true }
 
 // readRaw is not used where connections are not pollable.
 func readRaw(raw syscall.RawConn, p []byte) (int, error) { return 0, errWouldBlock }
+
+// peekClosed is not used where connections are not pollable.
+func peekClosed(raw syscall.RawConn) bool { return false }

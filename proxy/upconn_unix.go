@@ -51,3 +51,19 @@ func readRaw(raw syscall.RawConn, p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// peekClosed reports whether the socket of raw has ended: a peek finds its
+// end or an error (not a byte, not nothing yet).
+func peekClosed(raw syscall.RawConn) bool {
+	var one [1]byte
+	var n int
+	var rerr error
+	err := raw.Read(func(fd uintptr) bool {
+		n, _, rerr = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true
+	})
+	if err != nil {
+		return true
+	}
+	return rerr != syscall.EAGAIN && (rerr != nil || n == 0)
+}
