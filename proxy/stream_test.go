@@ -258,3 +258,31 @@ func TestStreamClientOverTLS(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRelayChunked feeds a chunked upstream body, cut into reads of any
+// sizes, through the relay and compares its output with the reference
+// framing of the decoded body.
+func FuzzRelayChunked(f *testing.F) {
+	f.Add(event("a")+event("b"), uint8(5), []byte{3, 50})
+	f.Add("data: x\r\n\r\ndata: y\n\n", uint8(1), []byte{1})
+	f.Fuzz(func(t *testing.T, body string, chunk uint8, cuts []byte) {
+		body += "\n\ndata: [DONE]\n\n" // a whole stream: the relay ends it without an error event
+		enc := chunked(body, max(1, int(chunk)))
+		r := testRelay()
+		r.up.chunked = true
+		for i := 0; len(enc) > 0 && !r.ended; i++ {
+			n := len(enc)
+			if len(cuts) > 0 {
+				n = min(n, max(1, int(cuts[i%len(cuts)])))
+			}
+			r.take([]byte(enc[:n]))
+			enc = enc[n:]
+		}
+		if !r.ended || !r.bodyDone || !r.reusable {
+			t.Fatalf("ended %v, body done %v, reusable %v", r.ended, r.bodyDone, r.reusable)
+		}
+		if want := referenceFraming(testRelay().c, body); string(r.out) != want {
+			t.Fatalf("got %q\nwant %q", r.out, want)
+		}
+	})
+}
