@@ -30,7 +30,8 @@ func (c *call) finish() {
 	if c.served != nil {
 		epName = c.served.ep.Name
 	}
-	latency := time.Since(c.start)
+	now := time.Now() // the call's end: its latency, events and journal line
+	latency := now.Sub(c.start)
 	var cm *callMetrics
 	if c.task != nil {
 		cm = c.s.mc.call(taskKey, epName)
@@ -41,12 +42,12 @@ func (c *call) finish() {
 		c.s.m.Requests.WithLabelValues(taskKey, epName, strconv.Itoa(c.status), c.code).Inc()
 	}
 	if c.task == nil {
-		c.journal(latency, 0)
+		c.journal(now, latency, 0)
 		return
 	}
 	cm.duration.Observe(latency.Seconds())
 	if c.hold == nil {
-		c.journal(latency, 0)
+		c.journal(now, latency, 0)
 		return
 	}
 	cost := c.cost()
@@ -66,11 +67,11 @@ func (c *call) finish() {
 		if !c.task.Private {
 			detail["purpose"] = c.task.Purpose
 		}
-		c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "flag", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, Detail: detail})
+		c.events = append(c.events, limits.Event{Time: now, Kind: "flag", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, Detail: detail})
 		c.s.log.Warn("flag", "request_id", c.id, "task", taskKey, "user", c.user, "source", c.source)
 	}
-	rec := c.journal(latency, cost)
-	c.events = append(c.events, limits.Event{Time: time.Now(), Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, RawDetail: rec.AppendDetail(make([]byte, 0, 512))})
+	rec := c.journal(now, latency, cost)
+	c.events = append(c.events, limits.Event{Time: now, Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, RawDetail: rec.AppendDetail(make([]byte, 0, 512))})
 	out := limits.Outcome{Failed: c.failed, Flagged: c.flagged, Events: c.events}
 	if !c.failed {
 		out.Actual = limits.Usage{InputTokens: c.in, OutputTokens: c.out, Money: cost}
@@ -130,8 +131,9 @@ func (s *Server) signalSettlement(task, user string, watchers []config.Watcher, 
 	}
 }
 
-// journal writes the call's one structured log line and returns it.
-func (c *call) journal(latency time.Duration, cost int64) *guard.CallRecord {
+// journal writes the call's one structured log line, timed now, and
+// returns it.
+func (c *call) journal(now time.Time, latency time.Duration, cost int64) *guard.CallRecord {
 	rec := &guard.CallRecord{
 		RequestID: c.id, User: c.user, Source: c.source, Status: c.status, Code: c.code,
 		InputTokens: c.in, OutputTokens: c.out, CostMicros: cost, Latency: latency,
@@ -149,7 +151,7 @@ func (c *call) journal(latency time.Duration, cost int64) *guard.CallRecord {
 	}
 	if c.s.journal != nil {
 		bp := journalBufs.Get().(*[]byte)
-		*bp = rec.AppendLine((*bp)[:0], time.Now())
+		*bp = rec.AppendLine((*bp)[:0], now)
 		_, _ = c.s.journal.Write(*bp)
 		journalBufs.Put(bp)
 	} else {
