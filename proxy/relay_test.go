@@ -166,29 +166,12 @@ func TestHeldTLSStreamsWaitWithoutAGoroutine(t *testing.T) {
 // stream at once: the upstream call is dropped and the call settled from
 // what streamed, without waiting for the next event.
 func TestClientGoneWhileWaitingEndsTheStream(t *testing.T) {
-	fake, err := fakeupstream.New(fakeupstream.Options{APIKey: upstreamKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fake.Close()
-	tr := &closeTracker{h: fake.Handler()}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: tr}
-	go hs.Serve(ln)
-	defer hs.Close()
-	e := newEnv(t, strings.Replace(heldConfig, "{{UP}}", "http://"+ln.Addr().String()+"/v1", 1), envOptions{})
+	fake, tr, url := trackedUpstream(t)
+	e := newEnv(t, strings.Replace(heldConfig, "{{UP}}", url, 1), envOptions{})
 	fake.SetDefault(fakeupstream.Behavior{Chunks: []string{" one", " two"}, EventDelay: 4 * time.Second})
 
-	c, err := net.Dial("tcp", strings.TrimPrefix(e.clientURL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := chatBody("rel.single", true)
-	_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer "+testKey+
-		"\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	c := dialClient(t, e)
+	_, _ = io.WriteString(c, rawChat("HTTP/1.1", chatBody("rel.single", true)))
 	br := bufio.NewReader(c)
 	for {
 		line, err := br.ReadString('\n')
@@ -291,19 +274,9 @@ func TestStreamsReuseUpstreamConnections(t *testing.T) {
 // request pipelined behind a stream on the same connection.
 func TestStreamToOldAndPipeliningClients(t *testing.T) {
 	e := newEnv(t, relConfig, envOptions{})
-	addr := strings.TrimPrefix(e.clientURL, "http://")
-	request := func(proto, body string) string {
-		return "POST /v1/chat/completions " + proto + "\r\nHost: gw\r\nAuthorization: Bearer " + testKey +
-			"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}
 	t.Run("HTTP/1.0", func(t *testing.T) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.WriteString(c, request("HTTP/1.0", chatBody("rel.single", true))); err != nil {
+		c := dialClient(t, e)
+		if _, err := io.WriteString(c, rawChat("HTTP/1.0", chatBody("rel.single", true))); err != nil {
 			t.Fatal(err)
 		}
 		all, err := io.ReadAll(c) // until the gateway closes
@@ -319,13 +292,8 @@ func TestStreamToOldAndPipeliningClients(t *testing.T) {
 		}
 	})
 	t.Run("pipelined", func(t *testing.T) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		both := request("HTTP/1.1", chatBody("rel.single", true)) + request("HTTP/1.1", chatBody("rel.single", false))
+		c := dialClient(t, e)
+		both := rawChat("HTTP/1.1", chatBody("rel.single", true)) + rawChat("HTTP/1.1", chatBody("rel.single", false))
 		if _, err := io.WriteString(c, both); err != nil {
 			t.Fatal(err)
 		}
@@ -342,4 +310,23 @@ func TestStreamToOldAndPipeliningClients(t *testing.T) {
 		}
 	})
 	checkSettled(t, e, "rel.single")
+}
+
+// rawChat is a chat completions request as a client writes it on the wire.
+func rawChat(proto, body string) string {
+	return "POST /v1/chat/completions " + proto + "\r\nHost: gw\r\nAuthorization: Bearer " + testKey +
+		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}
+
+// dialClient opens a bare connection to the gateway's client API, closed
+// when the test ends, with a deadline so that no read hangs.
+func dialClient(t *testing.T, e *env) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.clientURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
 }

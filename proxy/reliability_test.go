@@ -529,15 +529,15 @@ func (c *closeTracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TestClientAbortCancelsUpstream checks that a client that goes away
-// mid-stream makes the gateway drop the upstream call, and that the call is
-// settled from the text streamed so far.
-func TestClientAbortCancelsUpstream(t *testing.T) {
+// trackedUpstream serves a fake upstream behind a closeTracker on a
+// listener of its own (closed when the test ends) and returns its base URL.
+func trackedUpstream(t *testing.T) (*fakeupstream.Server, *closeTracker, string) {
+	t.Helper()
 	fake, err := fakeupstream.New(fakeupstream.Options{APIKey: upstreamKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fake.Close()
+	t.Cleanup(func() { fake.Close() })
 	tr := &closeTracker{h: fake.Handler()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -545,9 +545,16 @@ func TestClientAbortCancelsUpstream(t *testing.T) {
 	}
 	hs := &http.Server{Handler: tr}
 	go hs.Serve(ln)
-	defer hs.Close()
-	cfg := strings.Replace(relConfig, "{{UP}}", "http://"+ln.Addr().String()+"/v1", 1)
-	e := newEnv(t, cfg, envOptions{})
+	t.Cleanup(func() { hs.Close() })
+	return fake, tr, "http://" + ln.Addr().String() + "/v1"
+}
+
+// TestClientAbortCancelsUpstream checks that a client that goes away
+// mid-stream makes the gateway drop the upstream call, and that the call is
+// settled from the text streamed so far.
+func TestClientAbortCancelsUpstream(t *testing.T) {
+	fake, tr, url := trackedUpstream(t)
+	e := newEnv(t, strings.Replace(relConfig, "{{UP}}", url, 1), envOptions{})
 
 	chunks := make([]string, 200)
 	for i := range chunks {
