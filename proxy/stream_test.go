@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/x509"
+	"net"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -285,4 +286,54 @@ func FuzzRelayChunked(f *testing.F) {
 			t.Fatalf("got %q\nwant %q", r.out, want)
 		}
 	})
+}
+
+// TestStreamClientSweepsIdleConnections checks that idle connections are
+// closed once stale, by the sweep, which stops when none is left.
+func TestStreamClientSweepsIdleConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	sc := newStreamClient(ln.Addr().String(), ln.Addr().String(), false, time.Second, time.Second)
+	var conns []*upConn
+	for i := 0; i < 3; i++ {
+		uc, err := sc.dial(time.Now().Add(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, uc)
+		sc.put(uc)
+	}
+	if sc.sweeper == nil || len(sc.idle) != 3 {
+		t.Fatalf("sweeper %v, %d idle", sc.sweeper, len(sc.idle))
+	}
+	sc.mu.Lock()
+	sc.idle[0].idleAt = time.Now().Add(-2 * streamConnIdle) // the oldest two are stale
+	sc.idle[1].idleAt = time.Now().Add(-streamConnIdle)
+	sc.mu.Unlock()
+	sc.sweep()
+	if len(sc.idle) != 1 || sc.idle[0] != conns[2] || sc.sweeper == nil {
+		t.Fatalf("after the sweep: %d idle, sweeper %v", len(sc.idle), sc.sweeper)
+	}
+	if _, err := conns[0].Write([]byte("x")); err == nil {
+		t.Error("a stale connection was not closed")
+	}
+	sc.mu.Lock()
+	sc.idle[0].idleAt = time.Now().Add(-streamConnIdle)
+	sc.mu.Unlock()
+	sc.sweep()
+	if len(sc.idle) != 0 || sc.sweeper != nil {
+		t.Fatalf("after the last sweep: %d idle, sweeper %v", len(sc.idle), sc.sweeper)
+	}
 }

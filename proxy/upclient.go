@@ -24,8 +24,9 @@ type streamClient struct {
 	connect   time.Duration
 	firstByte time.Duration
 
-	mu   sync.Mutex
-	idle []*upConn // the most recently used last
+	mu      sync.Mutex
+	idle    []*upConn   // the most recently used last
+	sweeper *time.Timer // closes stale idle connections; nil while none is idle
 }
 
 // Bounds of the streamed calls' connections.
@@ -216,28 +217,60 @@ func (sc *streamClient) get() *upConn {
 }
 
 // put keeps a connection whose answer was read to its end for the next
-// streamed call; connections idle too long are closed.
+// streamed call. Connections idle too long are closed here and by a sweep
+// that runs while any connection is idle.
 func (sc *streamClient) put(uc *upConn) {
 	uc.idleAt = time.Now()
 	sc.mu.Lock()
-	stale := 0
-	for stale < len(sc.idle) && uc.idleAt.Sub(sc.idle[stale].idleAt) >= streamConnIdle {
-		stale++
-	}
-	old := append([]*upConn(nil), sc.idle[:stale]...)
-	if stale > 0 {
-		sc.idle = append(sc.idle[:0], sc.idle[stale:]...)
-	}
+	old := sc.dropStaleLocked(uc.idleAt)
 	full := len(sc.idle) >= maxIdleStreamConns
 	if !full {
 		sc.idle = append(sc.idle, uc)
+		if sc.sweeper == nil {
+			sc.sweeper = time.AfterFunc(streamConnIdle, sc.sweep)
+		}
 	}
 	sc.mu.Unlock()
-	for _, c := range old {
-		c.Close()
-	}
+	closeConns(old)
 	if full {
 		uc.Close()
+	}
+}
+
+// sweep closes the connections idle too long, and comes back while any
+// connection is idle.
+func (sc *streamClient) sweep() {
+	sc.mu.Lock()
+	old := sc.dropStaleLocked(time.Now())
+	if len(sc.idle) > 0 {
+		sc.sweeper.Reset(streamConnIdle)
+	} else {
+		sc.sweeper = nil
+	}
+	sc.mu.Unlock()
+	closeConns(old)
+}
+
+// dropStaleLocked takes the connections idle for streamConnIdle or longer
+// at now out of the pool (sc.mu held) and returns them.
+func (sc *streamClient) dropStaleLocked(now time.Time) []*upConn {
+	stale := 0
+	for stale < len(sc.idle) && now.Sub(sc.idle[stale].idleAt) >= streamConnIdle {
+		stale++
+	}
+	if stale == 0 {
+		return nil
+	}
+	old := append([]*upConn(nil), sc.idle[:stale]...)
+	n := copy(sc.idle, sc.idle[stale:])
+	clear(sc.idle[n:])
+	sc.idle = sc.idle[:n]
+	return old
+}
+
+func closeConns(conns []*upConn) {
+	for _, c := range conns {
+		c.Close()
 	}
 }
 
@@ -247,9 +280,7 @@ func (sc *streamClient) closeIdle() {
 	idle := sc.idle
 	sc.idle = nil
 	sc.mu.Unlock()
-	for _, c := range idle {
-		c.Close()
-	}
+	closeConns(idle)
 }
 
 // readNow reads what the connection holds without waiting for the
