@@ -116,6 +116,11 @@ func (c *call) relay(fc *fiber.Ctx, resp *fasthttp.Response, uc *upConn, rest []
 	// fasthttp reuses the request's memory once the handler returns: drop
 	// what views it (nothing after this point reads it).
 	c.body, c.raw, c.top, c.hdr = nil, nil, topFields{}, clientHeaders{}
+	// fasthttp starts r.start once the handler returns. Between the two it
+	// only flushes what it wrote before (an error there would have ended
+	// the connection at that write) and clears the connection's deadlines
+	// (which fails only on a closed connection, and shutdown closes only
+	// idle ones), so the relay always gets the connection and settles.
 	fc.Context().HijackSetNoResponse(true)
 	fc.Context().Hijack(r.start)
 	return nil
