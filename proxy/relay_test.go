@@ -192,6 +192,35 @@ func TestClientGoneWhileWaitingEndsTheStream(t *testing.T) {
 	checkSettled(t, e, "rel.single")
 }
 
+// TestStreamPassesTheCallTimeout checks that a stream whose events keep
+// coming is still cut at the endpoint's timeout (the whole call), with an
+// upstream_timeout event, and settled.
+func TestStreamPassesTheCallTimeout(t *testing.T) {
+	for _, polling := range []bool{true, false} {
+		t.Run("polling="+strconv.FormatBool(polling), func(t *testing.T) {
+			defer proxy.SetStreamPolling(polling)()
+			cfg := strings.NewReplacer("timeout: 3s", "timeout: 1s", "idle_timeout: 300ms", "idle_timeout: 10s").Replace(relConfig)
+			e := newEnv(t, cfg, envOptions{})
+			chunks := make([]string, 30)
+			for i := range chunks {
+				chunks[i] = " word"
+			}
+			e.up.Push(fakeupstream.Behavior{Chunks: chunks, EventDelay: 100 * time.Millisecond})
+			t0 := time.Now()
+			resp := e.post("/v1/chat/completions", testKey, chatBody("rel.single", true))
+			data := sseData(t, resp.Body)
+			resp.Body.Close()
+			if d := time.Since(t0); d < 900*time.Millisecond || d > 2*time.Second {
+				t.Errorf("a 3 s stream under a 1 s timeout ended after %v", d)
+			}
+			if len(data) < 3 || gjson.Get(data[len(data)-1], "error.code").Str != "upstream_timeout" {
+				t.Fatalf("events %q: not cut with upstream_timeout", data)
+			}
+			checkSettled(t, e, "rel.single")
+		})
+	}
+}
+
 // TestStreamsWaitingOnAGoroutine runs the stream tests with the poller
 // off: the way every stream waits where epoll is missing, and every stream
 // to a TLS upstream.
