@@ -56,8 +56,9 @@ type streamRelay struct {
 	clientArmed bool            // the client socket is in the poller's set
 	hup         atomic.Bool     // the poller saw the client hang up
 
-	hard time.Time     // the call's deadline (the endpoint's timeout)
-	idle time.Duration // the endpoint's idle_timeout: the longest gap between reads
+	hard      time.Time     // the call's deadline (the endpoint's timeout)
+	waitUntil time.Time     // when the current wait in the poller ends
+	idle      time.Duration // the endpoint's idle_timeout: the longest gap between reads
 
 	head      []byte // the response's headers, written with the first bytes
 	in        []byte // body bytes that came with the upstream's headers
@@ -163,10 +164,12 @@ func (r *streamRelay) resume(timedOut bool) {
 	r.run(timedOut)
 }
 
-// onTimer ends a stream that waited past its idle or whole-call limit.
+// onTimer ends a stream that waited past its idle or whole-call limit. A
+// late firing of an earlier wait's timer finds the current wait's limit
+// not yet passed: the stream then reads and waits again.
 func (r *streamRelay) onTimer() {
 	if r.claim() {
-		r.resume(true)
+		r.resume(!time.Now().Before(r.waitUntil))
 	}
 }
 
@@ -301,6 +304,7 @@ func (r *streamRelay) park() bool {
 		r.state.Store(relayRunning)
 		return false
 	}
+	r.waitUntil = d
 	if !d.IsZero() {
 		if r.timer == nil {
 			r.timer = time.AfterFunc(d.Sub(now), r.onTimer)
