@@ -219,8 +219,8 @@ func (r *streamRelay) giveBack(b *relayBufs) {
 // the stream waits in the poller (then another goroutine resumes it).
 func (r *streamRelay) run(timedOut bool) {
 	b := r.borrow()
-	if r.in != nil {
-		r.take(r.in)
+	if r.in != nil || (!r.up.chunked && r.up.left == 0 && !r.bodyDone) {
+		r.take(r.in) // what came with the headers; an empty body ends here
 		r.in = nil
 	}
 	for !r.ended {
