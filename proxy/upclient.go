@@ -65,7 +65,9 @@ func newStreamClient(addr, host string, isTLS bool, connect, firstByte time.Dura
 // do sends req and reads the answer's headers into resp. A 2xx answer
 // returns its connection and the body bytes that came with the headers; any
 // other answer is read whole into resp (up to maxErrorBody) and returns no
-// connection. A reused connection the upstream had closed is replaced once.
+// connection. A reused connection found closed while the request was
+// written is replaced once; once the request is out it is never sent
+// again (the upstream may have begun, and charge for, the first).
 func (sc *streamClient) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (*upConn, []byte, error) {
 	for attempt := 0; ; attempt++ {
 		uc, reused := sc.get(), true
@@ -85,14 +87,20 @@ func (sc *streamClient) do(req *fasthttp.Request, resp *fasthttp.Response, deadl
 			return uc, rest, nil
 		}
 		uc.Close()
-		var ne net.Error
-		if reused && attempt == 0 && !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, fasthttp.ErrTimeout) {
+		var we *writeError
+		if reused && attempt == 0 && errors.As(err, &we) {
 			resp.Reset()
-			continue // the upstream closed the idle connection: a fresh one
+			continue // the upstream had closed the idle connection: a fresh one
 		}
 		return nil, nil, err
 	}
 }
+
+// writeError is a request that could not be written.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return "write: " + e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
 
 // exchange writes req on uc and reads the answer's headers. keep is false
 // when the answer is not a stream (its whole body is in resp).
@@ -107,7 +115,7 @@ func (sc *streamClient) exchange(uc *upConn, req *fasthttp.Request, resp *fastht
 	bw.Reset(nil)
 	writerPool.Put(bw)
 	if err != nil {
-		return false, nil, err
+		return false, nil, &writeError{err: err}
 	}
 	rd := deadline
 	if sc.firstByte > 0 {
