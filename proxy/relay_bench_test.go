@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strconv"
 	"testing"
 
 	"taskgate/config"
@@ -31,6 +32,27 @@ func BenchmarkRelayEvent(b *testing.B) {
 				out = c.emit(out[:0], st, benchChunk)
 			}
 		})
+	}
+}
+
+// BenchmarkRelayRead measures the relay's work per upstream read of one
+// event: chunk decoding, SSE framing and the event's inspection.
+func BenchmarkRelayRead(b *testing.B) {
+	ev := append(append([]byte(nil), benchChunk...), '\n')
+	read := []byte(strconv.FormatInt(int64(len(ev)), 16) + "\r\n" + string(ev) + "\r\n")
+	task := &tasks.Task{Task: config.Task{Key: "a.b"}}
+	r := &streamRelay{c: &call{rt: routeChat, task: task}, up: &upConn{chunked: true}}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(read)))
+	for i := 0; i < b.N; i++ {
+		if r.st.text.Len() > 1<<20 {
+			r.st.text.Reset()
+		}
+		r.out = r.out[:0]
+		r.take(read)
+		if len(r.out) == 0 {
+			b.Fatal("no event out")
+		}
 	}
 }
 
