@@ -250,6 +250,9 @@ func (r *streamRelay) run(timedOut bool) {
 			r.end(err)
 		}
 	}
+	// The connection goes back to the pool before the client has the
+	// stream's end, so that the client's next call finds it there.
+	r.releaseUpstream()
 	ok := r.flush(true)
 	r.giveBack(b)
 	r.close(ok)
@@ -509,6 +512,25 @@ func (r *streamRelay) clientGone() {
 // pool when its answer was read whole, the call is finished, and the client
 // connection serves its next request (keep-alive) or is closed.
 func (r *streamRelay) close(clientOK bool) {
+	r.releaseUpstream()
+	c := r.c
+	c.finish()
+	c.s.m.ActiveStreams.Dec()
+	c.s.pending.Done()
+	if clientOK && r.keepAlive && c.s.clientSrv != nil {
+		c.s.serveAgain(r.client)
+		return
+	}
+	r.client.Close()
+}
+
+// releaseUpstream lets go of the upstream connection: out of the poller,
+// then back to the pool when its answer was read whole, else closed. Safe
+// to call twice.
+func (r *streamRelay) releaseUpstream() {
+	if r.up == nil {
+		return
+	}
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -521,15 +543,7 @@ func (r *streamRelay) close(clientOK bool) {
 	} else {
 		r.up.Close()
 	}
-	c := r.c
-	c.finish()
-	c.s.m.ActiveStreams.Dec()
-	c.s.pending.Done()
-	if clientOK && r.keepAlive && c.s.clientSrv != nil {
-		c.s.serveAgain(r.client)
-		return
-	}
-	r.client.Close()
+	r.up = nil
 }
 
 // serveAgain serves the next requests of a connection a stream gave back.
