@@ -8,8 +8,8 @@ import (
 	"taskgate/tasks"
 )
 
-// Leases. With a store across the network, a replica that serves a steady
-// stream of calls for one (task, user) reserves a share of the headroom of
+// Leases. A replica that serves a steady stream of calls for one
+// (task, user) reserves a share of the headroom of
 // every window that applies in one reserve script (a lease: an ordinary hold
 // of n requests and n times the call's tokens and money) and admits the
 // calls that fit in it locally. A call served from a lease still checks
@@ -23,6 +23,9 @@ import (
 // at most 1/leaseShare of any window's headroom), so no limit is ever passed
 // and one replica's unused lease can hold back another's calls only in a
 // burst that spends 31/32 of a window's headroom within one lease's life.
+//
+// With Redis a lease saves its calls' round trips; with the in-process
+// store, which has none, it spares each call the store's lock and maps.
 const (
 	leaseLife  = 250 * time.Millisecond // how long a lease admits calls
 	leaseMin   = 4                      // fewest calls worth a lease

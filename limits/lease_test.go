@@ -404,3 +404,48 @@ func TestLeaseKeepsServingAroundALargerCall(t *testing.T) {
 	}
 	mustSettle(t, l, d.Hold, Outcome{Actual: Usage{InputTokens: 10, Money: 5}})
 }
+
+// TestInProcessLeaseCountsEveryCallExactly: the in-process store serves a
+// busy (task, user) from leases too (they spare each call the store's lock
+// and maps), and what the admin sees right after is exact: the usage of
+// every call, nothing left reserved, every call's journal entry.
+func TestInProcessLeaseCountsEveryCallExactly(t *testing.T) {
+	l := New(Options{})
+	defer l.Close()
+	task := bigTask("lease.inprocess")
+	const calls = 400
+	var leased int
+	var tokens, money int64
+	for i := 0; i < calls; i++ {
+		d := mustReserve(t, l, Call{Task: task, User: "ann", Estimate: Usage{InputTokens: 20, OutputTokens: 100, Money: 90}})
+		if d.Hold.Leased() {
+			leased++
+		}
+		act := Usage{InputTokens: 20, OutputTokens: int64(i % 101), Money: int64(i % 91)}
+		tokens += act.Tokens()
+		money += act.Money
+		mustSettle(t, l, d.Hold, Outcome{Actual: act, Events: []Event{{Kind: "call"}}})
+	}
+	if leased < calls/2 {
+		t.Fatalf("%d of %d calls served from a lease", leased, calls)
+	}
+	for _, w := range []struct {
+		scope, unit, period string
+		want                int64
+	}{
+		{tS, req, pMin, calls}, {tS, tok, pDay, tokens}, {tS, mo, pMonth, money},
+		{uS, req, pHour, calls}, {uS, tok, pMin, tokens}, {uS, mo, pDay, money},
+	} {
+		u := usageOf(t, l, task, "ann", w.scope, w.unit, w.period)
+		if u.Used != w.want || u.Reserved != 0 {
+			t.Errorf("%s %s %s: used %d reserved %d, want %d and 0", w.scope, w.unit, w.period, u.Used, u.Reserved, w.want)
+		}
+	}
+	evs, err := l.Events(bg, EventFilter{Tasks: []string{task.Key}, Kind: "call"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != calls {
+		t.Errorf("%d call events, want %d", len(evs), calls)
+	}
+}

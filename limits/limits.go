@@ -197,7 +197,8 @@ type Options struct {
 	Now      func() time.Time // nil: time.Now
 	// NoLeases makes every call reserve and settle on its own (two store
 	// round trips, each a script), never from a lease (see lease.go).
-	// Leases are only ever used with a store across the network.
+	// Leases serve busy callers with either store: across the network they
+	// save the calls' round trips, in process the store's lock and maps.
 	NoLeases bool
 }
 
@@ -256,7 +257,7 @@ func New(opts Options) *Limiter {
 	}
 	l.scopes = map[scopeKey]*leaseScope{}
 	l.bg = map[*lease]chan struct{}{}
-	l.leasing = !opts.NoLeases && !l.InProcess()
+	l.leasing = !opts.NoLeases
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	l.id = hex.EncodeToString(b[:])
