@@ -369,8 +369,10 @@ func TestLeasesFailOpen(t *testing.T) {
 	// settlement could not reach the store are released with the counts,
 	// not when their lease runs out minutes later.
 	waitFor(t, "every call counted", func() bool {
-		r := usageOf(t, l, task, "eve", tS, req, pMin)
-		tk := usageOf(t, l, task, "eve", uS, tok, pMin)
+		// The hour and day windows: a run across a minute's end would split
+		// the minute windows' counts.
+		r := usageOf(t, l, task, "eve", uS, req, pHour)
+		tk := usageOf(t, l, task, "eve", tS, tok, pDay)
 		return r.Used == calls && tk.Used == tokens && r.Reserved == 0 && tk.Reserved == 0
 	})
 	assertNoLeaseLeft(t, s, task.Key)
