@@ -75,6 +75,15 @@ func TestLeaseCountsEveryCallExactly(t *testing.T) {
 	if trips > calls/2/4 {
 		t.Errorf("%d round trips for the last %d calls", trips, calls/2)
 	}
+	assertBigTaskUsage(t, l, task, "ann", calls, tokens, money)
+	assertNoLeaseLeft(t, s, task.Key)
+}
+
+// assertBigTaskUsage checks every window of a bigTask for user after
+// calls calls that used tokens and money: exact, nothing reserved, and one
+// call event a call.
+func assertBigTaskUsage(t *testing.T, l *Limiter, task *tasks.Task, user string, calls, tokens, money int64) {
+	t.Helper()
 	for _, w := range []struct {
 		scope, unit, period string
 		want                int64
@@ -82,7 +91,7 @@ func TestLeaseCountsEveryCallExactly(t *testing.T) {
 		{tS, req, pMin, calls}, {tS, tok, pDay, tokens}, {tS, mo, pMonth, money},
 		{uS, req, pHour, calls}, {uS, tok, pMin, tokens}, {uS, mo, pDay, money},
 	} {
-		u := usageOf(t, l, task, "ann", w.scope, w.unit, w.period)
+		u := usageOf(t, l, task, user, w.scope, w.unit, w.period)
 		if u.Used != w.want || u.Reserved != 0 {
 			t.Errorf("%s %s %s: used %d reserved %d, want %d and 0", w.scope, w.unit, w.period, u.Used, u.Reserved, w.want)
 		}
@@ -91,10 +100,9 @@ func TestLeaseCountsEveryCallExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != calls {
+	if int64(len(evs)) != calls {
 		t.Errorf("%d call events, want %d", len(evs), calls)
 	}
-	assertNoLeaseLeft(t, s, task.Key)
 }
 
 // assertNoLeaseLeft checks that no window of task still counts a lease.
@@ -431,23 +439,5 @@ func TestInProcessLeaseCountsEveryCallExactly(t *testing.T) {
 	if leased < calls/2 {
 		t.Fatalf("%d of %d calls served from a lease", leased, calls)
 	}
-	for _, w := range []struct {
-		scope, unit, period string
-		want                int64
-	}{
-		{tS, req, pMin, calls}, {tS, tok, pDay, tokens}, {tS, mo, pMonth, money},
-		{uS, req, pHour, calls}, {uS, tok, pMin, tokens}, {uS, mo, pDay, money},
-	} {
-		u := usageOf(t, l, task, "ann", w.scope, w.unit, w.period)
-		if u.Used != w.want || u.Reserved != 0 {
-			t.Errorf("%s %s %s: used %d reserved %d, want %d and 0", w.scope, w.unit, w.period, u.Used, u.Reserved, w.want)
-		}
-	}
-	evs, err := l.Events(bg, EventFilter{Tasks: []string{task.Key}, Kind: "call"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(evs) != calls {
-		t.Errorf("%d call events, want %d", len(evs), calls)
-	}
+	assertBigTaskUsage(t, l, task, "ann", calls, tokens, money)
 }

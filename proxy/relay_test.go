@@ -225,28 +225,11 @@ func TestStreamPassesTheCallTimeout(t *testing.T) {
 // body (Content-Length: 0) on a connection the upstream keeps open ends the
 // client's stream at once, as ended early, not after idle_timeout.
 func TestEmptyStreamEndsAtOnce(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 0\r\n\r\n")
-				time.Sleep(3 * time.Second) // the connection stays open
-			}()
-		}
-	}()
-	cfg := strings.Replace(strings.Replace(relConfig, "idle_timeout: 300ms", "idle_timeout: 2s", 2), "{{UP}}", "http://"+ln.Addr().String()+"/v1", 1)
+	url := rawAnswerUpstream(t, func(c net.Conn) {
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 0\r\n\r\n")
+		time.Sleep(3 * time.Second) // the connection stays open
+	})
+	cfg := strings.Replace(strings.Replace(relConfig, "idle_timeout: 300ms", "idle_timeout: 2s", 2), "{{UP}}", url, 1)
 	e := newEnv(t, cfg, envOptions{})
 	t0 := time.Now()
 	resp := e.post("/v1/chat/completions", testKey, chatBody("rel.single", true))

@@ -529,6 +529,36 @@ func (c *closeTracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// rawAnswerUpstream is an upstream that reads each request and answers it
+// with answer, writing to the connection itself (closed when answer
+// returns); it returns its base URL. The listener closes with the test.
+func rawAnswerUpstream(t *testing.T, answer func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				answer(c)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/v1"
+}
+
 // trackedUpstream serves a fake upstream behind a closeTracker on a
 // listener of its own (closed when the test ends) and returns its base URL.
 func trackedUpstream(t *testing.T) (*fakeupstream.Server, *closeTracker, string) {
@@ -994,30 +1024,10 @@ func TestSoak(t *testing.T) {
 // closes) is a failed try: nothing was sent to the client yet, so the call
 // fails over.
 func TestPlainBodyCutFailsOver(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"id\":\"chatcmpl-cut\","))
-			}()
-		}
-	}()
-	cfg := strings.Replace(relConfig, "{{UP}}", "http://"+ln.Addr().String()+"/v1", 1)
-	e := newEnv(t, cfg, envOptions{})
+	url := rawAnswerUpstream(t, func(c net.Conn) {
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"id\":\"chatcmpl-cut\","))
+	})
+	e := newEnv(t, strings.Replace(relConfig, "{{UP}}", url, 1), envOptions{})
 	resp := e.post("/v1/chat/completions", testKey, chatBody("rel.failover", false))
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
