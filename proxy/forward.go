@@ -223,13 +223,7 @@ func (c *call) answer(fc *fiber.Ctx, resp *fasthttp.Response) error {
 // passThrough relays an upstream 4xx unchanged and ends the call.
 func (c *call) passThrough(fc *fiber.Ctx, resp *fasthttp.Response) error {
 	defer fasthttp.ReleaseResponse(resp)
-	var body []byte
-	if c.stream {
-		body, _ = readAllLimited(resp, 1<<20)
-		_ = resp.CloseBodyStream()
-	} else {
-		body = resp.Body()
-	}
+	body := resp.Body() // a streamed call's error answer was read whole too (maxErrorBody)
 	c.readUsage(body)
 	c.code = "upstream_" + strconv.Itoa(c.status)
 	c.setHeaders(fc)
@@ -363,23 +357,3 @@ func contentType(resp *fasthttp.Response, def string) string {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
-
-// readAllLimited reads a streamed body up to max bytes.
-func readAllLimited(resp *fasthttp.Response, max int) ([]byte, error) {
-	r := resp.BodyStream()
-	if r == nil {
-		return resp.Body(), nil
-	}
-	buf := make([]byte, 0, 4096)
-	for len(buf) < max {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			break
-		}
-	}
-	return buf, nil
-}

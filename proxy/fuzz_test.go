@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -248,8 +247,10 @@ func tailBytes(b []byte) []byte {
 
 // rawUpstream is a TCP server that answers every request with a fixed
 // HTTP head and the bytes of the current payload, then closes.
+// rawUpstream answers every streamed request with the payload of the
+// moment, written as it is after the headers, then closes.
 type rawUpstream struct {
-	ln      net.Listener
+	base    string // its base URL
 	payload atomic.Pointer[rawAnswer]
 }
 
@@ -259,43 +260,22 @@ type rawAnswer struct {
 }
 
 func newRawUpstream(tb testing.TB) *rawUpstream {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	u := &rawUpstream{ln: ln}
+	u := &rawUpstream{}
 	u.payload.Store(&rawAnswer{})
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go u.serve(c)
+	u.base = rawAnswerUpstream(tb, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		a := u.payload.Load()
+		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+		if a.chunked {
+			head += "Transfer-Encoding: chunked\r\n"
 		}
-	}()
+		_, _ = c.Write([]byte(head + "\r\n"))
+		_, _ = c.Write(a.body)
+	})
 	return u
 }
 
-func (u *rawUpstream) serve(c net.Conn) {
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	req, err := http.ReadRequest(bufio.NewReader(c))
-	if err != nil {
-		return
-	}
-	io.Copy(io.Discard, req.Body)
-	a := u.payload.Load()
-	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
-	if a.chunked {
-		head += "Transfer-Encoding: chunked\r\n"
-	}
-	_, _ = c.Write([]byte(head + "\r\n"))
-	_, _ = c.Write(a.body)
-}
-
-func (u *rawUpstream) url() string { return "http://" + u.ln.Addr().String() + "/v1" }
+func (u *rawUpstream) url() string { return u.base }
 
 // FuzzSSERelay relays arbitrary upstream stream bytes (as a body read to
 // the connection's end, or as raw bytes claimed to be chunked) and checks

@@ -532,7 +532,7 @@ func (c *closeTracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // rawAnswerUpstream is an upstream that reads each request and answers it
 // with answer, writing to the connection itself (closed when answer
 // returns); it returns its base URL. The listener closes with the test.
-func rawAnswerUpstream(t *testing.T, answer func(c net.Conn)) string {
+func rawAnswerUpstream(t testing.TB, answer func(c net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
