@@ -33,7 +33,8 @@ type options struct {
 	keep     bool
 	command  string // the command line, for the report
 
-	instrCalls int // plain calls counted under callgrind (0: none)
+	instrCalls int  // plain calls counted under callgrind (0: none)
+	instrOnly  bool // count instructions only, report nothing else
 }
 
 func main() {
@@ -53,6 +54,7 @@ func main() {
 	flag.StringVar(&o.doc, "doc", "docs/PERFORMANCE.md", "file whose \"## End to end\" section gets the results, relative to the module root; \"\" = none")
 	flag.StringVar(&o.profile, "profile", "auto", "perf profile of the gateway: auto (when a CPU, throughput or latency target is missed), on, off")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs, perf data)")
+	flag.BoolVar(&o.instrOnly, "instructions-only", false, "only count the instructions a plain call costs (gateway and bare proxy), print them and stop: a quick check of a change to the call path")
 	flag.IntVar(&o.instrCalls, "instructions", 2000, "plain calls counted under callgrind for the instructions-per-call figure (0: skip it)")
 	flag.Parse()
 	if *fake != "" {
@@ -136,6 +138,14 @@ func run(o options) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
+	}
+	if o.instrOnly {
+		r := &results{}
+		if err := e.instructions(r); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		return 0
 	}
 	res, err := e.measure()
 	if err != nil {

@@ -387,7 +387,7 @@ func (e *env) maybeProfile(r *results, bodies map[string][]byte) error {
 	for _, run := range []struct {
 		t    *target
 		kind string
-	}{{e.redis, "plain"}, {e.redis, "stream"}, {e.memory, "plain"}} {
+	}{{e.redis, "plain"}, {e.redis, "stream"}, {e.memory, "plain"}, {e.bare, "plain"}} {
 		step(fmt.Sprintf("profile the %s gateway with perf: saturation, %s chat", run.t.name, run.kind))
 		rep, err := e.perfRun(perf, run.t, run.kind, bodies[run.kind])
 		if err != nil {

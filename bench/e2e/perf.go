@@ -121,7 +121,7 @@ func (e *env) perfRun(perf string, t *target, kind string, body []byte) (string,
 	if err != nil {
 		return "", err
 	}
-	events := []string{"raw_syscalls:sys_enter"}
+	events := []string{"raw_syscalls:sys_enter", "context-switches"}
 	for _, n := range syscallNames {
 		events = append(events, "syscalls:sys_enter_"+n)
 	}
@@ -170,7 +170,7 @@ func (e *env) perfRun(perf string, t *target, kind string, body []byte) (string,
 		return "", fmt.Errorf("perf report: no samples (see %s)", rec.log.Name())
 	}
 	var b strings.Builder
-	store := map[string]string{"redis": "Redis store", "memory": "In-process store"}[t.name]
+	store := map[string]string{"redis": "Redis store", "memory": "In-process store", "bare": "Bare proxy (reference)"}[t.name]
 	what := map[string]string{"plain": "plain", "stream": "streamed"}[kind]
 	fmt.Fprintf(&b, "\n**%s, %s chat**, saturation (%d connections, %s, %.0f calls/s during the profile, %.3f ms gateway CPU per call).",
 		store, what, e.o.conns, dur, res.throughput(), res.cpuPerCall())
@@ -190,6 +190,9 @@ func (e *env) perfRun(perf string, t *target, kind string, body []byte) (string,
 			}
 			parts = append(parts, fmt.Sprintf("other %.2f", float64(rest)/n))
 			b.WriteString(strings.Join(parts, ", ") + ").")
+		}
+		if cs, ok := counts["context-switches"]; ok {
+			fmt.Fprintf(&b, " Context switches per call: %.2f.", float64(cs)/float64(res.calls))
 		}
 	}
 	b.WriteString("\n\n| self time by package | % | hottest functions (self) | % |\n| --- | --- | --- | --- |\n")
