@@ -16,6 +16,7 @@ import (
 
 	"taskgate/config"
 	"taskgate/guard"
+	"taskgate/internal/jsonscan"
 	"taskgate/internal/jsonstr"
 	"taskgate/limits"
 	"taskgate/tasks"
@@ -660,9 +661,15 @@ type topFields struct {
 // read fills f from body, a JSON object already checked valid, with the
 // needs fieldNeeds (if any) finds in the same pass.
 func (f *topFields) read(body []byte, fieldNeeds func(key string, v gjson.Result) tasks.Needs) {
-	root := gjson.Result{Type: gjson.JSON, Raw: unsafe.String(unsafe.SliceData(body), len(body))}
-	root.ForEach(func(k, v gjson.Result) bool {
-		if dst := f.field(k.Str); dst != nil {
+	js := unsafe.String(unsafe.SliceData(body), len(body))
+	jsonscan.EachFieldAt(js, func(rawKey, raw string, at int) bool {
+		k := jsonscan.Str(rawKey)
+		var v gjson.Result
+		dst := f.field(k)
+		if dst != nil || fieldNeeds != nil {
+			v = resultOf(raw, at)
+		}
+		if dst != nil {
 			if dst.Exists() {
 				f.dups = true
 			} else {
@@ -670,10 +677,33 @@ func (f *topFields) read(body []byte, fieldNeeds func(key string, v gjson.Result
 			}
 		}
 		if fieldNeeds != nil {
-			f.needs |= fieldNeeds(k.Str, v)
+			f.needs |= fieldNeeds(k, v)
 		}
 		return true
 	})
+}
+
+// resultOf is the gjson.Result of the raw value found at offset at, as
+// gjson.Result.ForEach gives it, made without gjson's parse where the
+// value's first byte tells its type.
+func resultOf(raw string, at int) gjson.Result {
+	switch jsonscan.Kind(raw) {
+	case '"':
+		if strings.IndexByte(raw, '\\') < 0 {
+			return gjson.Result{Type: gjson.String, Raw: raw, Str: raw[1 : len(raw)-1], Index: at}
+		}
+	case '{', '[':
+		return gjson.Result{Type: gjson.JSON, Raw: raw, Index: at}
+	case 't':
+		return gjson.Result{Type: gjson.True, Raw: raw, Index: at}
+	case 'f':
+		return gjson.Result{Type: gjson.False, Raw: raw, Index: at}
+	case 'n':
+		return gjson.Result{Type: gjson.Null, Raw: raw, Index: at}
+	}
+	r := gjson.Parse(raw)
+	r.Index = at
+	return r
 }
 
 // field is where the top-level field name is kept, nil for one not read.

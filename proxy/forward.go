@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"strconv"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -13,6 +12,7 @@ import (
 
 	"taskgate/config"
 	"taskgate/guard"
+	"taskgate/internal/jsonscan"
 )
 
 // tryResult is how one upstream try ended.
@@ -247,13 +247,14 @@ func (c *call) readUsage(body []byte) {
 		return
 	}
 	// Read in place (no copy of the body): only numbers are kept.
-	u := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "usage")
-	if !u.IsObject() {
+	u, _, ok := jsonscan.Field(unsafe.String(unsafe.SliceData(body), len(body)), "usage")
+	if !ok || jsonscan.Kind(u) != '{' {
 		return
 	}
 	// The fields are read from the usage object, not the whole body again.
-	c.in = u.Get(strings.TrimPrefix(c.rt.usageIn, "usage.")).Int()
-	c.out = u.Get(strings.TrimPrefix(c.rt.usageOut, "usage.")).Int()
+	in, _, _ := jsonscan.Field(u, c.rt.usageIn)
+	out, _, _ := jsonscan.Field(u, c.rt.usageOut)
+	c.in, c.out = jsonscan.Int(in), jsonscan.Int(out)
 	c.haveUsage = true
 }
 

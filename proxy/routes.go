@@ -25,7 +25,8 @@ type route struct {
 	noOutput bool
 	// streams: the route can stream with "stream": true.
 	streams bool
-	// usageIn and usageOut are the usage fields of a plain answer.
+	// usageIn and usageOut are the fields of a plain answer's usage object
+	// that count input and output tokens.
 	usageIn, usageOut string
 	// includeUsage: ask upstream streams for stream_options.include_usage.
 	includeUsage bool
@@ -37,20 +38,20 @@ var (
 		fieldNeeds: chatFieldNeeds,
 		maxOutput:  []string{"max_completion_tokens", "max_tokens"},
 		streams:    true, includeUsage: true,
-		usageIn: "usage.prompt_tokens", usageOut: "usage.completion_tokens",
+		usageIn: "prompt_tokens", usageOut: "completion_tokens",
 	}
 	routeCompletions = &route{
 		name: "completions", path: "/completions",
 		count:     trim.CountCompletionsPrompt,
 		maxOutput: []string{"max_tokens"},
 		streams:   true, includeUsage: true,
-		usageIn: "usage.prompt_tokens", usageOut: "usage.completion_tokens",
+		usageIn: "prompt_tokens", usageOut: "completion_tokens",
 	}
 	routeEmbeddings = &route{
 		name: "embeddings", path: "/embeddings",
 		count:    trim.CountEmbeddingsInput,
 		noOutput: true,
-		usageIn:  "usage.prompt_tokens", usageOut: "usage.completion_tokens_none",
+		usageIn:  "prompt_tokens", usageOut: "completion_tokens_none",
 	}
 	routeResponses = &route{
 		name: "responses", path: "/responses",
@@ -58,7 +59,7 @@ var (
 		count:      trim.CountResponsesInput,
 		maxOutput:  []string{"max_output_tokens"},
 		streams:    true,
-		usageIn:    "usage.input_tokens", usageOut: "usage.output_tokens",
+		usageIn:    "input_tokens", usageOut: "output_tokens",
 	}
 	routeImages = &route{
 		name: "images", path: "/images/generations",

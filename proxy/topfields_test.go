@@ -16,8 +16,6 @@ import (
 // gjson.GetBytes gives for each field: present, absent, null, escaped keys,
 // duplicates (the first counts) and fields only nested deeper.
 func TestTopFieldsMatchGjson(t *testing.T) {
-	names := []string{"model", "stream", "stream_options", "messages", "input", "prompt", "previous_response_id", "n",
-		"safety_identifier", "user", "max_completion_tokens", "max_tokens", "max_output_tokens", "tools", "functions"}
 	bodies := []string{
 		`{}`,
 		`{"model":"a.b","messages":[{"role":"user","content":"hi","model":"inner"}],"max_tokens":5}`,
@@ -28,15 +26,42 @@ func TestTopFieldsMatchGjson(t *testing.T) {
 		` { "stream" : false , "messages" : [ ] } `,
 	}
 	for _, body := range bodies {
-		var f topFields
-		f.read([]byte(body), nil)
-		for _, name := range names {
-			got, want := f.get(name), gjson.Get(body, name)
-			if got.Raw != want.Raw || got.Type != want.Type || got.Exists() != want.Exists() {
-				t.Errorf("%s: field %s = %q (%v), gjson.Get %q (%v)", body, name, got.Raw, got.Type, want.Raw, want.Type)
-			}
+		checkTopFields(t, body)
+	}
+}
+
+// topFieldNames are the fields topFields keeps.
+var topFieldNames = []string{"model", "stream", "stream_options", "messages", "input", "prompt", "previous_response_id", "n",
+	"safety_identifier", "user", "max_completion_tokens", "max_tokens", "max_output_tokens", "tools", "functions"}
+
+// checkTopFields reads body's top level and compares each kept field with
+// gjson.Get: raw text, type, string, number and offset.
+func checkTopFields(t *testing.T, body string) {
+	t.Helper()
+	var f topFields
+	f.read([]byte(body), nil)
+	for _, name := range topFieldNames {
+		got, want := f.get(name), gjson.Get(body, name)
+		if got.Raw != want.Raw || got.Type != want.Type || got.Exists() != want.Exists() || got.Str != want.Str ||
+			got.Num != want.Num && !(got.Num != got.Num && want.Num != want.Num) ||
+			got.Exists() && body[got.Index:got.Index+len(got.Raw)] != got.Raw {
+			t.Errorf("%s: field %s = %q (%v, %q, %v, at %d), gjson.Get %q (%v, %q, %v)", body, name,
+				got.Raw, got.Type, got.Str, got.Num, got.Index, want.Raw, want.Type, want.Str, want.Num)
 		}
 	}
+}
+
+// FuzzTopFieldsMatchGjson compares the one-pass read with gjson.Get on
+// valid JSON objects.
+func FuzzTopFieldsMatchGjson(f *testing.F) {
+	f.Add(`{"model":"a\"b","stream":true,"n":1.5e2,"user":null,"messages":[{"x":"]"}],"max_tokens":-0}`)
+	f.Add(`{"mo\u0064el":"x","model":"y","tools":{},"prompt":"\u00e9"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		if !gjson.Valid(body) || !gjson.Parse(body).IsObject() {
+			return
+		}
+		checkTopFields(t, body)
+	})
 }
 
 // TestSetModelSplicesWhereTopFieldsFoundIt checks that replacing the model

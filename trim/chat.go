@@ -9,6 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"taskgate/internal/jsonscan"
 )
 
 // Budget is one endpoint a call may go to: the history must fit each.
@@ -125,14 +127,14 @@ type parsedBody struct {
 func parseBody(js string, known Fields) (parsedBody, error) {
 	var p parsedBody
 	msgsRaw, found := "", false
-	if kind(js[skipSpace(js, 0):]) != '{' {
+	if jsonscan.Kind(js[jsonscan.SkipSpace(js, 0):]) != '{' {
 		return p, &InvalidError{Message: "the request body must be a JSON object"}
 	}
 	if known.Known && (known.Messages == "" || offsetIn(known.Messages, js) >= 0) {
 		msgsRaw, found = known.Messages, known.Messages != ""
 		p.tools = appendTools(appendTools(p.tools, known.Tools), known.Functions)
-	} else if !eachField(js, func(k, v string) bool {
-		switch rawKey(k) {
+	} else if !jsonscan.EachField(js, func(k, v string) bool {
+		switch jsonscan.Str(k) {
 		case "messages":
 			msgsRaw, found = v, true
 		case "tools", "functions":
@@ -145,12 +147,12 @@ func parseBody(js string, known Fields) (parsedBody, error) {
 	if !found {
 		return p, invalid("messages", "is required")
 	}
-	if kind(msgsRaw) != '[' {
+	if jsonscan.Kind(msgsRaw) != '[' {
 		return p, invalid("messages", "must be an array")
 	}
 	p.msgs = make([]message, 0, 4) // most calls send a few messages
 	var err error
-	ok := eachElem(msgsRaw, func(m string) bool {
+	ok := jsonscan.EachElem(msgsRaw, func(m string) bool {
 		var msg message
 		msg, err = parseMessage(m, len(p.msgs))
 		p.msgs = append(p.msgs, msg)
@@ -175,7 +177,7 @@ func parseBody(js string, known Fields) (parsedBody, error) {
 
 // appendTools appends a tools or functions value that is a non-empty array.
 func appendTools(tools []string, v string) []string {
-	if kind(v) == '[' && len(strings.TrimSpace(v[1:len(v)-1])) > 0 {
+	if jsonscan.Kind(v) == '[' && len(strings.TrimSpace(v[1:len(v)-1])) > 0 {
 		return append(tools, v)
 	}
 	return tools

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"taskgate/internal/jsonscan"
 )
 
 // InvalidError is a malformed request (messages missing or not an array, a
@@ -52,16 +54,16 @@ func parseMessage(m string, i int) (message, error) {
 	msg.info.textBytes = len(m)
 	hasRole := false
 	var err error
-	ok := kind(m) == '{' && eachField(m, func(key, v string) bool {
-		switch rawKey(key) {
+	ok := jsonscan.Kind(m) == '{' && jsonscan.EachField(m, func(key, v string) bool {
+		switch jsonscan.Str(key) {
 		case "role":
-			if kind(v) != '"' {
+			if jsonscan.Kind(v) != '"' {
 				err = invalid(fmt.Sprintf("messages[%d].role", i), "must be a string")
 				return false
 			}
-			msg.role, hasRole = strValue(v), true
+			msg.role, hasRole = jsonscan.Str(v), true
 		case "content":
-			switch kind(v) {
+			switch jsonscan.Kind(v) {
 			case '"':
 				msg.text = len(v) > 2
 			case 'n':
@@ -71,11 +73,11 @@ func parseMessage(m string, i int) (message, error) {
 				err = invalid(fmt.Sprintf("messages[%d].content", i), "must be a string, an array of content parts or null")
 			}
 		case "name":
-			if kind(v) != '"' {
+			if jsonscan.Kind(v) != '"' {
 				err = invalid(fmt.Sprintf("messages[%d].name", i), "must be a string")
 			}
 		case "tool_calls":
-			switch kind(v) {
+			switch jsonscan.Kind(v) {
 			case '[':
 				msg.calls = msg.calls || len(strings.TrimSpace(v[1:len(v)-1])) > 0
 			case 'n':
@@ -83,7 +85,7 @@ func parseMessage(m string, i int) (message, error) {
 				err = invalid(fmt.Sprintf("messages[%d].tool_calls", i), "must be an array")
 			}
 		case "function_call":
-			switch kind(v) {
+			switch jsonscan.Kind(v) {
 			case '{':
 				msg.calls = true
 			case 'n':
@@ -109,12 +111,12 @@ func parseMessage(m string, i int) (message, error) {
 func parseParts(parts string, i int, msg *message) error {
 	var err error
 	j, texts := 0, 0
-	eachElem(parts, func(p string) bool {
+	jsonscan.EachElem(parts, func(p string) bool {
 		param := partParam{i, j}
 		j++
 		var typ, text, image, file, audio string
-		if kind(p) != '{' || !eachField(p, func(k, v string) bool {
-			switch rawKey(k) {
+		if jsonscan.Kind(p) != '{' || !jsonscan.EachField(p, func(k, v string) bool {
+			switch jsonscan.Str(k) {
 			case "type":
 				typ = v
 			case "text":
@@ -131,13 +133,13 @@ func parseParts(parts string, i int, msg *message) error {
 			err = invalid(param.String(), "must be an object")
 			return false
 		}
-		if kind(typ) != '"' {
+		if jsonscan.Kind(typ) != '"' {
 			err = invalid(param.String()+".type", "must be a string")
 			return false
 		}
-		switch strValue(typ) {
+		switch jsonscan.Str(typ) {
 		case "text":
-			if kind(text) != '"' {
+			if jsonscan.Kind(text) != '"' {
 				err = invalid(param.String()+".text", "must be a string")
 				return false
 			}
@@ -150,22 +152,22 @@ func parseParts(parts string, i int, msg *message) error {
 			msg.text = true
 		case "image_url":
 			url, detail := image, ""
-			switch kind(image) {
+			switch jsonscan.Kind(image) {
 			case '"':
 			case '{':
 				url = ""
-				eachField(image, func(k, v string) bool {
-					switch rawKey(k) {
+				jsonscan.EachField(image, func(k, v string) bool {
+					switch jsonscan.Str(k) {
 					case "url":
 						url = v
 					case "detail":
-						if kind(v) == '"' {
-							detail = strValue(v)
+						if jsonscan.Kind(v) == '"' {
+							detail = jsonscan.Str(v)
 						}
 					}
 					return true
 				})
-				if kind(url) != '"' {
+				if jsonscan.Kind(url) != '"' {
 					err = invalid(param.String()+".image_url.url", "must be a string")
 					return false
 				}
@@ -181,18 +183,18 @@ func parseParts(parts string, i int, msg *message) error {
 				msg.info.media += ImageTokens(w, h, detail)
 			}
 		case "file":
-			if kind(file) != '{' {
+			if jsonscan.Kind(file) != '{' {
 				err = invalid(param.String()+".file", "must be an object")
 				return false
 			}
 			var data string
-			eachField(file, func(k, v string) bool {
-				if rawKey(k) == "file_data" {
+			jsonscan.EachField(file, func(k, v string) bool {
+				if jsonscan.Str(k) == "file_data" {
 					data = v
 				}
 				return true
 			})
-			switch kind(data) {
+			switch jsonscan.Kind(data) {
 			case '"':
 				if mt, _, ok := dataURL(data); ok && textMediaType(mt) {
 					msg.info.attBytes += len(data)
@@ -207,9 +209,9 @@ func parseParts(parts string, i int, msg *message) error {
 				return false
 			}
 		case "input_audio":
-			if kind(audio) == '{' {
-				eachField(audio, func(k, v string) bool {
-					if rawKey(k) == "data" && kind(v) == '"' {
+			if jsonscan.Kind(audio) == '{' {
+				jsonscan.EachField(audio, func(k, v string) bool {
+					if jsonscan.Str(k) == "data" && jsonscan.Kind(v) == '"' {
 						msg.info.textBytes -= len(v)
 						msg.info.media += AudioTokens(decodedLen(v))
 					}

@@ -8,6 +8,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"taskgate/internal/swar"
 )
 
 const hexDigits = "0123456789abcdef"
@@ -64,6 +66,19 @@ func appendString(dst []byte, s string, html, slog bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i+8 <= len(s) {
+			// Eight bytes at a time while none needs a look of its own.
+			x := swar.Load(s[i : i+8])
+			f := swar.Less(x, 0x20) | swar.High(x) | swar.Eq(x, '"') | swar.Eq(x, '\\')
+			if html {
+				f |= swar.Eq(x, '<') | swar.Eq(x, '>') | swar.Eq(x, '&')
+			}
+			if f == 0 {
+				i += 8
+				continue
+			}
+			i += swar.First(f)
+		}
 		if b := s[i]; b < utf8.RuneSelf {
 			if safe[b] {
 				i++

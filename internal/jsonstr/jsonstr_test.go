@@ -12,6 +12,9 @@ var cases = []string{
 	"", "plain", `quote " and \ backslash`, "new\nline\ttab\rcr\bback\fform",
 	"\x00\x01\x1f", "<b>&amp;</b>", "héllo wörld 日本語 🎉", "bad \xff\xfe utf8",
 	"line\u2028sep\u2029para", "\x7f",
+	// Past the first eight bytes (read a word at a time while all are plain).
+	"abcdefgh<ijklmno>p&", "abcdefghi\"jklmnopq\\r", "0123456789abcdefé日本", "abcdefgh\x01\x1f\x7f",
+	"abcdefghijklmnop\u2028q", "abcdefgh\xffabcdefgh", "abcdefg\n", "abcdefgh", "abcdefghijklmnopqrstuvwxyz012345",
 }
 
 func TestAppendHTMLMatchesEncodingJSON(t *testing.T) {
