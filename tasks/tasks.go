@@ -1,10 +1,14 @@
 package tasks
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
 
 	"taskgate/config"
 )
@@ -17,6 +21,20 @@ type Registry struct {
 	ordered   []*Task
 	endpoints map[string]*Endpoint
 	keys      []*Key
+
+	// Secrets that matched a key, found again by a seeded hash and
+	// confirmed by a constant-time comparison, without SHA-256: a map
+	// replaced whole (copy on write) when a key is first used; at most one
+	// entry a configured key.
+	seed   maphash.Seed
+	seen   atomic.Pointer[map[uint64]seenSecret]
+	seenMu sync.Mutex
+}
+
+// seenSecret is a secret that matched key.
+type seenSecret struct {
+	secret []byte
+	key    *Key
 }
 
 // Endpoint is an upstream endpoint with its capabilities as a set.
@@ -54,6 +72,7 @@ func New(cfg *config.Config) (*Registry, error) {
 		cfg:       cfg,
 		tasks:     make(map[string]*Task, len(cfg.Tasks)),
 		endpoints: make(map[string]*Endpoint, len(cfg.Endpoints)),
+		seed:      maphash.MakeSeed(),
 	}
 	for i := range cfg.Endpoints {
 		e := &Endpoint{Endpoint: cfg.Endpoints[i]}
@@ -128,21 +147,58 @@ func (r *Registry) Tasks() []*Task { return r.ordered }
 // Endpoint returns the endpoint with the given name, or nil.
 func (r *Registry) Endpoint(name string) *Endpoint { return r.endpoints[name] }
 
-// Authenticate returns the key whose secret is secret, or nil. The presented
-// secret is hashed once and compared with every key's hash in constant time,
-// so the time taken says nothing about which key, if any, matched.
+// Authenticate returns the key whose secret is secret, or nil. A secret
+// not seen before is hashed once and compared with every key's hash in
+// constant time, so the time taken says nothing about which key, if any,
+// matched. A secret that matched before is found by a seeded 64-bit hash
+// and confirmed with a constant-time comparison of the whole secret: only
+// a caller who holds a key's secret can tell the two paths apart.
 func (r *Registry) Authenticate(secret []byte) *Key {
 	if len(secret) == 0 {
 		return nil
 	}
-	h := sha256.Sum256(secret)
+	h := maphash.Bytes(r.seed, secret)
+	if m := r.seen.Load(); m != nil {
+		if s, ok := (*m)[h]; ok && subtle.ConstantTimeCompare(secret, s.secret) == 1 {
+			return s.key
+		}
+	}
+	sum := sha256.Sum256(secret)
 	var found *Key
 	for _, k := range r.keys {
-		if subtle.ConstantTimeCompare(h[:], k.secretHash[:]) == 1 {
+		if subtle.ConstantTimeCompare(sum[:], k.secretHash[:]) == 1 {
 			found = k
 		}
 	}
+	if found != nil {
+		r.remember(h, secret, found)
+	}
 	return found
+}
+
+// remember adds a secret that matched k to the seen secrets.
+func (r *Registry) remember(h uint64, secret []byte, k *Key) {
+	r.seenMu.Lock()
+	defer r.seenMu.Unlock()
+	old := r.seen.Load()
+	n := 0
+	if old != nil {
+		if _, ok := (*old)[h]; ok {
+			return // this secret, or (a 2^-64 chance) another with its hash
+		}
+		n = len(*old)
+	}
+	if n >= len(r.keys) {
+		return // one entry a key: never more, whatever is presented
+	}
+	m := make(map[uint64]seenSecret, n+1)
+	if old != nil {
+		for hh, s := range *old {
+			m[hh] = s
+		}
+	}
+	m[h] = seenSecret{secret: bytes.Clone(secret), key: k}
+	r.seen.Store(&m)
 }
 
 // MayCall reports whether the key may call the task.

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 
 	"taskgate/config"
@@ -51,18 +52,51 @@ func TestAuthenticate(t *testing.T) {
 	cases := []struct {
 		secret, want string
 	}{
-		{"s1", "k1"}, {"s2", "k2"}, {"s3", "k3"}, {"s4", ""}, {"", ""}, {"S1", ""},
+		{"s1", "k1"}, {"s2", "k2"}, {"s3", "k3"}, {"s4", ""}, {"", ""}, {"S1", ""}, {"s1 ", ""}, {"s", ""},
 	}
-	for _, tc := range cases {
-		k := r.Authenticate([]byte(tc.secret))
-		got := ""
-		if k != nil {
-			got = k.Name
-		}
-		if got != tc.want {
-			t.Errorf("Authenticate(%q) = %q, want %q", tc.secret, got, tc.want)
+	// Three passes: the first hashes, the later ones find the secrets that
+	// matched among those seen; the answers must not change.
+	for pass := range 3 {
+		for _, tc := range cases {
+			secret := []byte(tc.secret)
+			k := r.Authenticate(secret)
+			got := ""
+			if k != nil {
+				got = k.Name
+			}
+			if got != tc.want {
+				t.Errorf("pass %d: Authenticate(%q) = %q, want %q", pass, tc.secret, got, tc.want)
+			}
+			for i := range secret {
+				secret[i] = 'x' // the registry keeps no view of the caller's buffer
+			}
 		}
 	}
+	if m := r.seen.Load(); m == nil || len(*m) != 3 {
+		t.Errorf("seen secrets: %v, want the three that matched", m)
+	}
+}
+
+// TestAuthenticateConcurrently authenticates from many goroutines while the
+// seen secrets are first filled (run with -race).
+func TestAuthenticateConcurrently(t *testing.T) {
+	r := newTestRegistry(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				secret, want := []string{"s1", "s2", "s3", "nope"}[(g+i)%4], []string{"k1", "k2", "k3", ""}[(g+i)%4]
+				k := r.Authenticate([]byte(secret))
+				if (k == nil) != (want == "") || k != nil && k.Name != want {
+					t.Errorf("Authenticate(%q) = %v, want %q", secret, k, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func TestKeysAndTasks(t *testing.T) {
