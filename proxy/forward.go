@@ -246,8 +246,10 @@ func (c *call) readUsage(body []byte) {
 		}
 		return
 	}
-	// Read in place (no copy of the body): only numbers are kept.
-	u, _, ok := jsonscan.Field(unsafe.String(unsafe.SliceData(body), len(body)), "usage")
+	// Read in place (no copy of the body): only numbers are kept. The usage
+	// comes last but for two short fields in OpenAI's answers: it is looked
+	// for from the end.
+	u, ok := jsonscan.FieldNearEnd(unsafe.String(unsafe.SliceData(body), len(body)), `"usage"`)
 	if !ok || jsonscan.Kind(u) != '{' {
 		return
 	}

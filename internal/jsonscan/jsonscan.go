@@ -5,6 +5,7 @@
 package jsonscan
 
 import (
+	"math/bits"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -213,6 +214,105 @@ func Field(obj, name string) (raw string, at int, ok bool) {
 		return true
 	})
 	return raw, at, ok
+}
+
+// FieldNearEnd is Field for a field that usually comes late in a large
+// object (an answer's "usage"): it looks for quoted (the name with its
+// quotes, plain ASCII) from the end and takes the last place where it is a
+// key of the outermost object, which it tells by reading what follows the
+// value to the object's end. Where no such place is found among the last
+// few matches it falls back to Field. Of duplicate names it takes the last
+// (Field, like gjson, the first).
+func FieldNearEnd(obj, quoted string) (raw string, ok bool) {
+	end := len(obj)
+	for range 4 {
+		p := lastIndexQuoted(obj[:end], quoted)
+		if p < 0 {
+			break
+		}
+		end = p
+		if raw, ok := keyValueAt(obj, p, len(quoted)); ok {
+			return raw, true
+		}
+	}
+	raw, _, ok = Field(obj, quoted[1:len(quoted)-1])
+	return raw, ok
+}
+
+// lastIndexQuoted is strings.LastIndex(s, q) for q of two bytes or more
+// beginning with a quote:
+// it goes back over eight bytes at a time to the quotes and compares q at
+// each (LastIndex hashes every byte on the way).
+func lastIndexQuoted(s, q string) int {
+	i := len(s) - 1 // s[i+1:] holds no start of q
+	for i >= 0 {
+		if i >= 7 {
+			f := swar.Eq(swar.Load(s[i-7:i+1]), '"')
+			if f == 0 {
+				i -= 8
+				continue
+			}
+			// The highest flag may be wrong (Eq is exact only for the
+			// lowest): each is checked below.
+			i -= bits.LeadingZeros64(f) >> 3
+		}
+		if s[i] == '"' && i+len(q) <= len(s) && s[i+1] == q[1] && s[i:i+len(q)] == q {
+			return i
+		}
+		i--
+	}
+	return -1
+}
+
+// keyValueAt returns the value of the key of n bytes at obj[p] (a quote)
+// when it is a key of the outermost object: its quote not escaped, after
+// '{' or ',', and after its value only the object's other fields and its
+// closing brace, at the end of obj.
+func keyValueAt(obj string, p, n int) (string, bool) {
+	k := p - 1
+	for k >= 0 && obj[k] == '\\' {
+		k--
+	}
+	if (p-1-k)%2 == 1 {
+		return "", false // an escaped quote inside a string
+	}
+	for k >= 0 && (obj[k] == ' ' || obj[k] == '\n' || obj[k] == '\r' || obj[k] == '\t') {
+		k--
+	}
+	if k < 0 || obj[k] != '{' && obj[k] != ',' {
+		return "", false
+	}
+	i := SkipSpace(obj, p+n)
+	if i >= len(obj) || obj[i] != ':' {
+		return "", false
+	}
+	i = SkipSpace(obj, i+1)
+	ve := SkipValue(obj, i)
+	if ve < 0 {
+		return "", false
+	}
+	// The rest: (',' key ':' value)* '}' and nothing after it.
+	j := SkipSpace(obj, ve)
+	for j < len(obj) && obj[j] == ',' {
+		j = SkipSpace(obj, j+1)
+		if j >= len(obj) || obj[j] != '"' {
+			return "", false
+		}
+		if j = SkipString(obj, j); j < 0 {
+			return "", false
+		}
+		if j = SkipSpace(obj, j); j >= len(obj) || obj[j] != ':' {
+			return "", false
+		}
+		if j = SkipValue(obj, SkipSpace(obj, j+1)); j < 0 {
+			return "", false
+		}
+		j = SkipSpace(obj, j)
+	}
+	if j >= len(obj) || obj[j] != '}' || SkipSpace(obj, j+1) != len(obj) {
+		return "", false
+	}
+	return obj[i:ve], true
 }
 
 // Int is a raw JSON number as gjson.Result.Int reads it (0 for what is not

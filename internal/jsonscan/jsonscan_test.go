@@ -120,6 +120,42 @@ func TestField(t *testing.T) {
 	}
 }
 
+func TestFieldNearEnd(t *testing.T) {
+	tests := []struct {
+		obj, raw string
+		ok       bool
+	}{
+		{answer, gjson.Get(answer, "usage").Raw, true},
+		{`{"usage":{"a":1}}`, `{"a":1}`, true},
+		{` { "x" : 1 , "usage" : [ 2 ] } `, `[ 2 ]`, true},
+		{`{"usage":{"a":1},"x":{"usage":{"b":2}}}`, `{"a":1}`, true},   // the last match is nested
+		{`{"usage":1,"x":["a","usage"]}`, `1`, true},                   // a string in an array
+		{`{"usage":1,"k":"usage"}`, `1`, true},                         // a string value
+		{`{"usage":1,"k\"usage":2}`, `1`, true},                        // inside a key, after an escaped quote
+		{`{"usage":1,"k":"\\","usage\\":2}`, `1`, true},                // a key ending in a backslash
+		{`{"a":{"b":{"c":{"d":{"e":{"usage":1}}}}},"z":1}`, ``, false}, // nested only
+		{`{"x":1}`, ``, false},
+		{`{"usage":1,"x":1} trailing`, `1`, true}, // Field's answer after the near-end miss
+		{`[{"usage":1}]`, ``, false},
+		{``, ``, false},
+	}
+	for _, tt := range tests {
+		raw, ok := FieldNearEnd(tt.obj, `"usage"`)
+		if raw != tt.raw || ok != tt.ok {
+			t.Errorf("FieldNearEnd(%q) = %q, %v; want %q, %v", tt.obj, raw, ok, tt.raw, tt.ok)
+		}
+	}
+}
+
+func TestLastIndexQuoted(t *testing.T) {
+	for _, s := range []string{"", `"`, `"usage"`, `x"usage"`, `"usage""usage"`, `"usag"usage"y`, answer, answer[:400],
+		`0123456789"usage"0123456789abcdef`, `"usage"0123456789abcdefghij`, `"u"u"us"usa"usag"usage`} {
+		if got, want := lastIndexQuoted(s, `"usage"`), strings.LastIndex(s, `"usage"`); got != want {
+			t.Errorf("lastIndexQuoted(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
+
 func TestInt(t *testing.T) {
 	for _, raw := range []string{"0", "46", "1117", "-3", "1.5", "1e3", "123456789012345678", "1234567890123456789", "99999999999999999999", "", "x", `"7"`, "null"} {
 		if got, want := Int(raw), gjson.Parse(raw).Int(); got != want {
@@ -134,8 +170,12 @@ func FuzzField(f *testing.F) {
 	f.Add(answer)
 	f.Add(`{"a":1,"a":2,"b\"":{"c":[true]}}`)
 	f.Add(`{"usage" : {"prompt_tokens": 3}, "x": "usage"}`)
+	f.Add(`{"usage":1,"x":{"usage":2},"y":["usage"],"z\\"usage":3}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		Field(s, "usage") // never panics, whatever the input
+		if got, want := lastIndexQuoted(s, `"a"`), strings.LastIndex(s, `"a"`); got != want {
+			t.Fatalf("lastIndexQuoted(%q, %q) = %d, want %d", s, `"a"`, got, want)
+		}
 		if !gjson.Valid(s) || !gjson.Parse(s).IsObject() {
 			return
 		}
@@ -144,9 +184,22 @@ func FuzzField(f *testing.F) {
 			names = append(names, k.Str)
 			return true
 		})
+		// FieldNearEnd gives the last of duplicate names, gjson the first.
+		counts := map[string]int{}
+		gjson.Parse(s).ForEach(func(k, _ gjson.Result) bool {
+			counts[k.Str]++
+			return true
+		})
 		for _, name := range names {
-			if strings.ContainsAny(name, ".*?|#@\\!=<>%") || name == "" {
+			if strings.ContainsAny(name, ".*?|#@\\!=<>%\"") || name == "" {
 				continue // gjson's path syntax, not a plain name
+			}
+			if counts[name] <= 1 && strings.IndexFunc(name, func(r rune) bool { return r < 0x20 || r >= 0x80 }) < 0 {
+				want := gjson.Get(s, name)
+				raw, ok := FieldNearEnd(s, `"`+name+`"`)
+				if ok != want.Exists() || raw != want.Raw {
+					t.Fatalf("FieldNearEnd(%q, %q) = %q, %v; gjson %q, %v", s, name, raw, ok, want.Raw, want.Exists())
+				}
 			}
 			want := gjson.Get(s, name)
 			raw, at, ok := Field(s, name)
@@ -157,13 +210,24 @@ func FuzzField(f *testing.F) {
 	})
 }
 
-// BenchmarkField compares reading a plain answer's usage with Field and
-// with gjson.Get.
+// BenchmarkField compares reading a plain answer's usage with Field,
+// FieldNearEnd and gjson.Get.
 func BenchmarkField(b *testing.B) {
 	b.Run("jsonscan", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
 			u, _, _ := Field(answer, "usage")
+			p, _, _ := Field(u, "prompt_tokens")
+			c, _, _ := Field(u, "completion_tokens")
+			if Int(p)+Int(c) != 1163 {
+				b.Fatal("usage")
+			}
+		}
+	})
+	b.Run("near_end", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			u, _ := FieldNearEnd(answer, `"usage"`)
 			p, _, _ := Field(u, "prompt_tokens")
 			c, _, _ := Field(u, "completion_tokens")
 			if Int(p)+Int(c) != 1163 {
