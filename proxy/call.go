@@ -281,16 +281,18 @@ func (c *call) routeChecks() *apiError {
 		}
 		n := 0
 		var bad *apiError
-		msgs.ForEach(func(_, m gjson.Result) bool {
-			if !m.IsObject() {
+		jsonscan.EachElem(msgs.Raw, func(m string) bool {
+			if jsonscan.Kind(m) != '{' {
 				bad = invalidRequest("messages", "each message must be an object")
 				return false
 			}
-			if parts := m.Get("content"); parts.IsArray() && len(parts.Raw) > 0 {
+			if parts, _, _ := jsonscan.Field(m, "content"); jsonscan.Kind(parts) == '[' {
 				k := 0
-				parts.ForEach(func(_, p gjson.Result) bool {
+				jsonscan.EachElem(parts, func(p string) bool {
 					k++
-					c.top.needs |= tasks.PartNeeds(p)
+					if jsonscan.Kind(p) == '{' {
+						c.top.needs |= tasks.PartNeeds(gjson.Result{Type: gjson.JSON, Raw: p})
+					}
 					return k <= maxParts
 				})
 				if k > maxParts {

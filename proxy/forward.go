@@ -253,9 +253,18 @@ func (c *call) readUsage(body []byte) {
 	if !ok || jsonscan.Kind(u) != '{' {
 		return
 	}
-	// The fields are read from the usage object, not the whole body again.
-	in, _, _ := jsonscan.Field(u, c.rt.usageIn)
-	out, _, _ := jsonscan.Field(u, c.rt.usageOut)
+	// Both counts in one pass over the usage object (the first of a
+	// duplicate name counts, as with gjson).
+	var in, out string
+	jsonscan.EachField(u, func(k, v string) bool {
+		switch {
+		case in == "" && jsonscan.KeyIs(k, c.rt.usageIn):
+			in = v
+		case out == "" && jsonscan.KeyIs(k, c.rt.usageOut):
+			out = v
+		}
+		return in == "" || out == ""
+	})
 	c.in, c.out = jsonscan.Int(in), jsonscan.Int(out)
 	c.haveUsage = true
 }
