@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"strconv"
@@ -49,7 +50,7 @@ func (r *CallRecord) latencyMS() float64 {
 }
 
 // Log writes the record as one info line, msg "call", with the attributes
-// request_id, key, task, user, source, endpoint, model, status, code,
+// request_id, task, user, source, key, endpoint, model, status, code,
 // input_tokens, output_tokens, cost_micros, cost (dollar string),
 // latency_ms (float), trimmed, flagged, failed_over, stream and anomalies.
 func (r *CallRecord) Log(l *slog.Logger) {
@@ -58,10 +59,10 @@ func (r *CallRecord) Log(l *slog.Logger) {
 	}
 	l.LogAttrs(context.Background(), slog.LevelInfo, "call",
 		slog.String("request_id", r.RequestID),
-		slog.String("key", r.Key),
 		slog.String("task", r.Task),
 		slog.String("user", r.User),
 		slog.String("source", r.Source),
+		slog.String("key", r.Key),
 		slog.String("endpoint", r.Endpoint),
 		slog.String("model", r.Model),
 		slog.Int("status", r.Status),
@@ -79,45 +80,22 @@ func (r *CallRecord) Log(l *slog.Logger) {
 	)
 }
 
-// Detail is the "detail" of the event log's "call" event: the record's
-// fields except those the event carries itself (task, user, source,
-// request_id), under the same names as in Log.
-func (r *CallRecord) Detail() map[string]any {
-	return map[string]any{
-		"key":           r.Key,
-		"endpoint":      r.Endpoint,
-		"model":         r.Model,
-		"status":        r.Status,
-		"code":          r.Code,
-		"input_tokens":  r.InputTokens,
-		"output_tokens": r.OutputTokens,
-		"cost_micros":   r.CostMicros,
-		"cost":          config.FormatMicros(r.CostMicros),
-		"latency_ms":    r.latencyMS(),
-		"trimmed":       r.Trimmed,
-		"flagged":       r.Flagged,
-		"failed_over":   r.FailedOver,
-		"stream":        r.Stream,
-		"anomalies":     r.anomalies(),
-	}
-}
-
 // AppendLine appends the line Log writes through log/slog's JSON handler
 // (level info and above), byte for byte, newline included, with t as its
 // time, without slog's per-attribute work: the journal's hot path.
 func (r *CallRecord) AppendLine(dst []byte, t time.Time) []byte {
 	dst = append(dst, `{"time":"`...)
-	dst = t.AppendFormat(dst, time.RFC3339Nano)
+	dst = jsonstr.AppendTime(dst, t)
 	dst = append(dst, `","level":"INFO","msg":"call","request_id":`...)
 	dst = jsonstr.AppendLog(dst, r.RequestID)
-	dst = append(dst, `,"key":`...)
-	dst = jsonstr.AppendLog(dst, r.Key)
 	dst = append(dst, `,"task":`...)
 	dst = jsonstr.AppendLog(dst, r.Task)
 	dst = append(dst, `,"user":`...)
 	dst = jsonstr.AppendLog(dst, r.User)
 	dst = append(dst, `,"source":`...)
 	dst = jsonstr.AppendLog(dst, r.Source)
+	dst = append(dst, detailKey...)
+	dst = jsonstr.AppendLog(dst, r.Key)
 	dst = append(dst, `,"endpoint":`...)
 	dst = jsonstr.AppendLog(dst, r.Endpoint)
 	dst = append(dst, `,"model":`...)
@@ -155,39 +133,21 @@ func (r *CallRecord) appendCounts(dst []byte) []byte {
 	return strconv.AppendBool(dst, r.Stream)
 }
 
-// AppendDetail appends Detail as encoding/json marshals it (keys sorted,
-// <, > and & escaped), byte for byte.
-func (r *CallRecord) AppendDetail(dst []byte) []byte {
-	dst = append(dst, `{"anomalies":`...)
-	dst = appendStrings(dst, r.anomalies(), jsonstr.AppendHTML)
-	dst = append(dst, `,"code":`...)
-	dst = jsonstr.AppendHTML(dst, r.Code)
-	dst = append(dst, `,"cost":"`...)
-	dst = append(config.AppendMicros(dst, r.CostMicros), '"')
-	dst = append(dst, `,"cost_micros":`...)
-	dst = strconv.AppendInt(dst, r.CostMicros, 10)
-	dst = append(dst, `,"endpoint":`...)
-	dst = jsonstr.AppendHTML(dst, r.Endpoint)
-	dst = append(dst, `,"failed_over":`...)
-	dst = strconv.AppendBool(dst, r.FailedOver)
-	dst = append(dst, `,"flagged":`...)
-	dst = strconv.AppendBool(dst, r.Flagged)
-	dst = append(dst, `,"input_tokens":`...)
-	dst = strconv.AppendInt(dst, r.InputTokens, 10)
-	dst = append(dst, `,"key":`...)
-	dst = jsonstr.AppendHTML(dst, r.Key)
-	dst = append(dst, `,"latency_ms":`...)
-	dst = jsonstr.AppendFloat(dst, r.latencyMS())
-	dst = append(dst, `,"model":`...)
-	dst = jsonstr.AppendHTML(dst, r.Model)
-	dst = append(dst, `,"output_tokens":`...)
-	dst = strconv.AppendInt(dst, r.OutputTokens, 10)
-	dst = append(dst, `,"status":`...)
-	dst = strconv.AppendInt(dst, int64(r.Status), 10)
-	dst = append(dst, `,"stream":`...)
-	dst = strconv.AppendBool(dst, r.Stream)
-	dst = append(dst, `,"trimmed":`...)
-	dst = strconv.AppendInt(dst, int64(r.Trimmed), 10)
+// detailKey begins the line's detail fields (key to anomalies): the first
+// place it appears in a line is theirs, since a string's quotes are escaped.
+const detailKey = `,"key":`
+
+// LineDetail appends the "detail" of the event log's "call" event, taken
+// from a line AppendLine wrote: an object of the line's fields from key to
+// anomalies (those the event does not carry itself), as the line writes
+// them. It appends nothing when line is not such a line.
+func LineDetail(dst, line []byte) []byte {
+	at := bytes.Index(line, []byte(detailKey))
+	if at < 0 || len(line) < at+2 || !bytes.HasSuffix(line, []byte("}\n")) {
+		return dst
+	}
+	dst = append(dst, '{')
+	dst = append(dst, line[at+1:len(line)-2]...)
 	return append(dst, '}')
 }
 

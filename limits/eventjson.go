@@ -20,7 +20,7 @@ func appendEvent(dst []byte, ev *Event) ([]byte, error) {
 		return appendMarshal(dst, *ev) // encoding/json's error
 	}
 	dst = append(dst, `{"time":"`...)
-	dst = ev.Time.AppendFormat(dst, time.RFC3339Nano)
+	dst = jsonstr.AppendTime(dst, ev.Time)
 	dst = append(dst, `","kind":`...)
 	dst = jsonstr.AppendHTML(dst, ev.Kind)
 	dst = append(dst, `,"task":`...)

@@ -42,12 +42,12 @@ func (c *call) finish() {
 		c.s.m.Requests.WithLabelValues(taskKey, epName, strconv.Itoa(c.status), c.code).Inc()
 	}
 	if c.task == nil {
-		c.journal(now, latency, 0)
+		c.journal(now, latency, 0, false)
 		return
 	}
 	cm.duration.Observe(latency.Seconds())
 	if c.hold == nil {
-		c.journal(now, latency, 0)
+		c.journal(now, latency, 0, false)
 		return
 	}
 	cost := c.cost()
@@ -70,8 +70,8 @@ func (c *call) finish() {
 		c.events = append(c.events, limits.Event{Time: now, Kind: "flag", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, Detail: detail})
 		c.s.log.Warn("flag", "request_id", c.id, "task", taskKey, "user", c.user, "source", c.source)
 	}
-	rec := c.journal(now, latency, cost)
-	c.events = append(c.events, limits.Event{Time: now, Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, RawDetail: rec.AppendDetail(make([]byte, 0, 512))})
+	detail := c.journal(now, latency, cost, true)
+	c.events = append(c.events, limits.Event{Time: now, Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, RawDetail: detail})
 	out := limits.Outcome{Failed: c.failed, Flagged: c.flagged, Events: c.events}
 	if !c.failed {
 		out.Actual = limits.Usage{InputTokens: c.in, OutputTokens: c.out, Money: cost}
@@ -131,9 +131,10 @@ func (s *Server) signalSettlement(task, user string, watchers []config.Watcher, 
 	}
 }
 
-// journal writes the call's one structured log line, timed now, and
-// returns it.
-func (c *call) journal(now time.Time, latency time.Duration, cost int64) *guard.CallRecord {
+// journal writes the call's one structured log line, timed now. With
+// withDetail it returns the detail of the call's event, taken from the
+// line (a copy of its own).
+func (c *call) journal(now time.Time, latency time.Duration, cost int64, withDetail bool) []byte {
 	rec := &guard.CallRecord{
 		RequestID: c.id, User: c.user, Source: c.source, Status: c.status, Code: c.code,
 		InputTokens: c.in, OutputTokens: c.out, CostMicros: cost, Latency: latency,
@@ -149,15 +150,23 @@ func (c *call) journal(now time.Time, latency time.Duration, cost int64) *guard.
 		rec.Endpoint = c.served.ep.Name
 		rec.Model = c.served.ep.Model
 	}
+	if c.s.journal == nil && !withDetail {
+		rec.Log(c.s.log)
+		return nil
+	}
+	bp := journalBufs.Get().(*[]byte)
+	*bp = rec.AppendLine((*bp)[:0], now)
 	if c.s.journal != nil {
-		bp := journalBufs.Get().(*[]byte)
-		*bp = rec.AppendLine((*bp)[:0], now)
 		_, _ = c.s.journal.Write(*bp)
-		journalBufs.Put(bp)
 	} else {
 		rec.Log(c.s.log)
 	}
-	return rec
+	var detail []byte
+	if withDetail {
+		detail = guard.LineDetail(make([]byte, 0, len(*bp)), *bp)
+	}
+	journalBufs.Put(bp)
+	return detail
 }
 
 // journalBufs are buffers for journal lines; a line is copied by the
