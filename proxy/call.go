@@ -83,7 +83,7 @@ func (s *Server) handler(rt *route) fiber.Handler {
 	return func(fc *fiber.Ctx) error {
 		c := &call{s: s, st: s.state.Load(), rt: rt, id: s.newRequestID(), start: time.Now()}
 		c.events = c.eventBuf[:0]
-		fc.Set("x-request-id", c.id)
+		fc.Response().Header.SetCanonical([]byte("X-Request-Id"), []byte(c.id)) // as fasthttp writes it: no normalizing
 		if e := c.prepare(fc); e != nil {
 			return c.refuse(fc, e)
 		}
@@ -286,7 +286,9 @@ func (c *call) routeChecks() *apiError {
 				bad = invalidRequest("messages", "each message must be an object")
 				return false
 			}
-			if parts, _, _ := jsonscan.Field(m, "content"); jsonscan.Kind(parts) == '[' {
+			if strings.IndexByte(m, '[') < 0 {
+				// No array in the message: its content is not a parts list.
+			} else if parts, _, _ := jsonscan.Field(m, "content"); jsonscan.Kind(parts) == '[' {
 				k := 0
 				jsonscan.EachElem(parts, func(p string) bool {
 					k++

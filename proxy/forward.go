@@ -144,10 +144,10 @@ func statusKind(status int) string {
 // and headers; the client's key and X-Taskgate-* headers are never sent.
 func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(up.uri(c.rt.path))
+	up.setURI(req, c.rt.path)
 	req.Header.SetContentType("application/json")
 	if up.auth != "" {
-		req.Header.Set(fasthttp.HeaderAuthorization, up.auth)
+		req.Header.SetCanonical([]byte(fasthttp.HeaderAuthorization), []byte(up.auth)) // no normalizing
 	}
 	for k, v := range up.ep.Headers {
 		req.Header.Set(k, v)
@@ -158,7 +158,7 @@ func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
 	}
 	body := setModel(c.body, up.ep.Model, at)
 	if c.stream {
-		req.Header.Set("Accept", "text/event-stream")
+		req.Header.SetCanonical([]byte("Accept"), []byte("text/event-stream"))
 		if c.rt.includeUsage && !c.clientWantsUsage {
 			body = askUsage(body, !c.top.streamOptions.Exists())
 		}
@@ -213,7 +213,7 @@ func (c *call) answer(fc *fiber.Ctx, resp *fasthttp.Response) error {
 	c.setHeaders(fc)
 	var nb [32]byte // SetCanonical copies
 	fc.Response().Header.SetCanonical([]byte("X-Taskgate-Cost"), config.AppendMicros(nb[:0], c.cost()))
-	fc.Set(fiber.HeaderContentType, contentType(resp, "application/json"))
+	setContentType(fc, resp)
 	fc.Status(c.status)
 	fc.Response().SetBody(body) // copies
 	c.finish()
@@ -230,7 +230,7 @@ func (c *call) passThrough(fc *fiber.Ctx, resp *fasthttp.Response) error {
 	if ra := resp.Header.Peek("Retry-After"); len(ra) > 0 {
 		fc.Set("retry-after", string(ra))
 	}
-	fc.Set(fiber.HeaderContentType, contentType(resp, "application/json"))
+	setContentType(fc, resp)
 	fc.Status(c.status)
 	fc.Response().SetBody(body)
 	c.finish()
@@ -359,6 +359,16 @@ func (c *call) refuse(fc *fiber.Ctx, e *apiError) error {
 	err := e.write(fc)
 	c.finish()
 	return err
+}
+
+// setContentType gives the client's answer the upstream answer's content
+// type, application/json if it has none.
+func setContentType(fc *fiber.Ctx, resp *fasthttp.Response) {
+	if ct := resp.Header.ContentType(); len(ct) > 0 {
+		fc.Response().Header.SetContentTypeBytes(ct) // copies
+	} else {
+		fc.Response().Header.SetContentType("application/json")
+	}
 }
 
 func contentType(resp *fasthttp.Response, def string) string {
