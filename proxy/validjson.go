@@ -1,6 +1,10 @@
 package proxy
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+
+	"taskgate/internal/swar"
+)
 
 // validObject reports, in one pass, whether b is what checkBody accepts: a
 // JSON object (RFC 8259, surrounding whitespace allowed), valid UTF-8,
@@ -111,6 +115,16 @@ func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 func (v *jsonValidator) str(i int) int {
 	b := v.b
 	for i++; i < len(b); {
+		for i+8 <= len(b) {
+			// Eight bytes at a time while none needs a look of its own.
+			x := swar.Load(b[i : i+8])
+			f := swar.Less(x, 0x20) | swar.High(x) | swar.Eq(x, '"') | swar.Eq(x, '\\')
+			if f != 0 {
+				i += swar.First(f)
+				break
+			}
+			i += 8
+		}
 		for i < len(b) && plainStringByte[b[i]] {
 			i++
 		}

@@ -13,7 +13,7 @@ const (
 
 // Load reads the first eight bytes of w as a little-endian word (one load
 // on the platforms that allow unaligned loads). w must hold eight bytes.
-func Load(w string) uint64 {
+func Load[T string | []byte](w T) uint64 {
 	_ = w[7]
 	return uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
 		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
