@@ -47,17 +47,18 @@ type scopeKey struct{ task, user string }
 // leaseScope is what a Limiter knows of one (task, user): how busy it is,
 // the headroom last seen, and its current lease. Guarded by mu.
 type leaseScope struct {
-	mu        sync.Mutex
-	spanStart time.Time
-	spanCalls int
-	prevCalls int
-	lastCall  time.Time
-	room      [3]int64      // headroom per unit after the last reply (unlimited: no window)
-	roomKnown bool          // room was seen
-	granting  chan struct{} // closed when the call granting a lease is done; nil: none is
-	cur       *lease        // the lease admitting calls, or nil
-	ended     []*lease      // leases that stopped admitting, still with calls in flight
-	check     checkOp       // the scope's check, its fields built once (now set per call)
+	mu         sync.Mutex
+	spanStart  time.Time
+	spanCalls  int // calls in the span that began at spanStart
+	prevCalls  int // calls in the span before it
+	olderCalls int // calls in the span before that
+	lastCall   time.Time
+	room       [3]int64      // headroom per unit after the last reply (unlimited: no window)
+	roomKnown  bool          // room was seen
+	granting   chan struct{} // closed when the call granting a lease is done; nil: none is
+	cur        *lease        // the lease admitting calls, or nil
+	ended      []*lease      // leases that stopped admitting, still with calls in flight
+	check      checkOp       // the scope's check, its fields built once (now set per call)
 }
 
 // lease is a hold of many calls' worth, admitting calls until it ends.
@@ -144,19 +145,29 @@ func (sc *leaseScope) checkOp(op *reserveOp) *checkOp {
 	return &c
 }
 
-// noteCall counts a call of the scope and reports whether the scope is hot.
+// noteCall counts a call of the scope and reports whether the scope is
+// hot: hotCalls calls in about the last two spans. The span before the
+// previous one counts for the part of it still that close, so that a
+// steady caller does not look idle each time a span begins (with only the
+// previous span and the new one's first calls counted, a scope of 60 calls
+// a second fell below 8 at the start of every span and reserved on its own).
 func (sc *leaseScope) noteCall(now time.Time) bool {
-	if d := now.Sub(sc.spanStart); d >= hotSpan {
-		if d < 2*hotSpan {
-			sc.prevCalls = sc.spanCalls
-		} else {
-			sc.prevCalls = 0
+	d := now.Sub(sc.spanStart)
+	if d >= hotSpan {
+		switch {
+		case d < 2*hotSpan:
+			sc.olderCalls, sc.prevCalls = sc.prevCalls, sc.spanCalls
+		case d < 3*hotSpan:
+			sc.olderCalls, sc.prevCalls = sc.spanCalls, 0
+		default:
+			sc.olderCalls, sc.prevCalls = 0, 0
 		}
-		sc.spanStart, sc.spanCalls = now, 0
+		sc.spanStart, sc.spanCalls, d = now, 0, 0
 	}
 	sc.spanCalls++
 	sc.lastCall = now
-	return sc.spanCalls+sc.prevCalls >= hotCalls
+	older := sc.olderCalls * int(hotSpan-d) / int(hotSpan)
+	return sc.spanCalls+sc.prevCalls+older >= hotCalls
 }
 
 // noteRoom remembers the headroom a reserve reply shows after op (sc.mu held).

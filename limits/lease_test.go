@@ -441,3 +441,42 @@ func TestInProcessLeaseCountsEveryCallExactly(t *testing.T) {
 	}
 	assertBigTaskUsage(t, l, task, "ann", calls, tokens, money)
 }
+
+// TestNoteCallHotness: when a scope counts as busy enough for a lease.
+func TestNoteCallHotness(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		every   time.Duration // between calls
+		calls   int
+		skip    int // calls before the check starts
+		wantHot bool
+	}{
+		{"a steady 50 calls a second stays hot at every span's start", time.Second / 50, 500, 20, true},
+		{"a steady 20 calls a second is never hot", time.Second / 20, 200, 20, false},
+		{"four quick calls are not hot", time.Millisecond, 4, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var sc leaseScope
+			for i := range tt.calls {
+				hot := sc.noteCall(t0.Add(time.Duration(i) * tt.every))
+				if i >= tt.skip && hot != tt.wantHot {
+					t.Fatalf("call %d: hot %v, want %v", i, hot, tt.wantHot)
+				}
+			}
+		})
+	}
+	// Eight quick calls make a scope hot; after a pause it is not.
+	var sc leaseScope
+	hot := false
+	for i := range 8 {
+		hot = sc.noteCall(t0.Add(time.Duration(i) * time.Millisecond))
+	}
+	if !hot {
+		t.Error("eight calls within 8 ms: not hot")
+	}
+	if sc.noteCall(t0.Add(time.Second)) {
+		t.Error("the first call after a second's pause: hot")
+	}
+}
