@@ -83,7 +83,7 @@ func (s *Server) handler(rt *route) fiber.Handler {
 	return func(fc *fiber.Ctx) error {
 		c := &call{s: s, st: s.state.Load(), rt: rt, id: s.newRequestID(), start: time.Now()}
 		c.events = c.eventBuf[:0]
-		fc.Response().Header.SetCanonical([]byte("X-Request-Id"), []byte(c.id)) // as fasthttp writes it: no normalizing
+		fc.Response().Header.SetCanonical(view("X-Request-Id"), view(c.id)) // as fasthttp writes it: no normalizing
 		if e := c.prepare(fc); e != nil {
 			return c.refuse(fc, e)
 		}

@@ -147,7 +147,7 @@ func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
 	up.setURI(req, c.rt.path)
 	req.Header.SetContentType("application/json")
 	if up.auth != "" {
-		req.Header.SetCanonical([]byte(fasthttp.HeaderAuthorization), []byte(up.auth)) // no normalizing
+		req.Header.SetCanonical(view(fasthttp.HeaderAuthorization), view(up.auth)) // no normalizing
 	}
 	for k, v := range up.ep.Headers {
 		req.Header.Set(k, v)
@@ -158,7 +158,7 @@ func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
 	}
 	body := setModel(c.body, up.ep.Model, at)
 	if c.stream {
-		req.Header.SetCanonical([]byte("Accept"), []byte("text/event-stream"))
+		req.Header.SetCanonical(view("Accept"), view("text/event-stream"))
 		if c.rt.includeUsage && !c.clientWantsUsage {
 			body = askUsage(body, !c.top.streamOptions.Exists())
 		}
@@ -212,7 +212,7 @@ func (c *call) answer(fc *fiber.Ctx, resp *fasthttp.Response) error {
 	}
 	c.setHeaders(fc)
 	var nb [32]byte // SetCanonical copies
-	fc.Response().Header.SetCanonical([]byte("X-Taskgate-Cost"), config.AppendMicros(nb[:0], c.cost()))
+	fc.Response().Header.SetCanonical(view("X-Taskgate-Cost"), config.AppendMicros(nb[:0], c.cost()))
 	setContentType(fc, resp)
 	fc.Status(c.status)
 	fc.Response().SetBody(body) // copies
@@ -309,11 +309,13 @@ func (c *call) setHeaders(fc *fiber.Ctx) {
 	// Keys are given as fasthttp writes them (canonical), which skips its
 	// normalizing on every call.
 	h := &fc.Response().Header
-	set := func(k, v string) { h.SetCanonical([]byte(k), []byte(v)) }
-	// Numbers are formatted into a stack buffer (SetCanonical copies).
+	// SetCanonical copies its arguments and never writes to them, so they
+	// are given as views of the strings (a []byte(s) would copy each first).
+	set := func(k, v string) { h.SetCanonical(view(k), view(v)) }
+	// Numbers are formatted into a stack buffer.
 	var nb [24]byte
-	num := func(k string, v int64) { h.SetCanonical([]byte(k), strconv.AppendInt(nb[:0], v, 10)) }
-	reset := func(k string, d time.Duration) { h.SetCanonical([]byte(k), appendReset(nb[:0], d)) }
+	num := func(k string, v int64) { h.SetCanonical(view(k), strconv.AppendInt(nb[:0], v, 10)) }
+	reset := func(k string, d time.Duration) { h.SetCanonical(view(k), appendReset(nb[:0], d)) }
 	if c.task != nil {
 		set("X-Taskgate-Task", c.task.Key)
 	}
@@ -334,6 +336,10 @@ func (c *call) setHeaders(fc *fiber.Ctx) {
 		reset("X-Ratelimit-Reset-Tokens", t.Reset)
 	}
 }
+
+// view is s as a byte slice without a copy, for fasthttp calls that copy
+// what they are given and never write to it.
+func view(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // appendReset appends a duration rounded up to the second, as
 // time.Duration.String writes it: 1s, 6m0s, 20h4m3s.
