@@ -287,13 +287,14 @@ fixed rate (open loop, measured from each request's scheduled send time, so
 coordinated omission is avoided), first streamed byte, gateway CPU per call
 (utime+stime of /proc/PID/stat), Redis commands per call (INFO before and after),
 a fresh ~100 KB prompt that must be token-counted, and memory (VmRSS, VmHWM).
-When a CPU, throughput or latency target is missed it profiles the gateway with
-perf. Last, it runs the Redis-store gateway and the reference proxy under valgrind's
+When a CPU, throughput or latency target is missed it profiles the gateways and
+the reference proxy with perf (samples, system calls and context switches a
+call). Last, it runs the Redis-store gateway and the reference proxy under valgrind's
 callgrind for the user-space instructions a plain call costs each (a count, with
 garbage collection and idle spinning left out: it repeats to a fraction of a
 percent however busy the machine is). It replaces this
 section on each run, keeping the Findings and History subsections. Flags:
-` + "`-rounds -duration -open-duration -conns -rate -streams -prompts -profile on|off|auto -instructions N -doc '' -keep`" + `.
+` + "`-rounds -duration -open-duration -conns -rate -streams -prompts -profile on|off|auto -instructions N -doc '' -keep`; `-instructions-only` counts the instructions alone (about 15 s), to judge a change to the call path" + `.
 Absolute numbers drift with the machine's load; ratios and differences hold better.
 `
 
