@@ -21,11 +21,15 @@ import (
 // actual usage and events are settled together when the lease ends, in one
 // settle script. Leases are granted only far from every limit (a lease takes
 // at most 1/leaseShare of any window's headroom), so no limit is ever passed
-// and one replica's unused lease can hold back another's calls only in a
-// burst that spends 31/32 of a window's headroom within one lease's life.
+// and one replica's unused leases can hold back another's calls only in a
+// burst that spends 30/32 of a window's headroom within one lease's life.
 //
-// With Redis a lease saves its calls' round trips; with the in-process
-// store, which has none, it spares each call the store's lock and maps.
+// With Redis, the next lease of a steady caller is granted ahead, in the
+// background, once the current one is in the last quarter of its life or
+// its calls (grantAhead), so that none of its calls waits for a grant's
+// round trip; for that moment the scope holds two leases. With Redis a
+// lease saves its calls' round trips; with the in-process store, which has
+// none, it spares each call the store's lock and maps.
 const (
 	leaseLife  = 250 * time.Millisecond // how long a lease admits calls
 	leaseMin   = 4                      // fewest calls worth a lease
@@ -57,6 +61,7 @@ type leaseScope struct {
 	roomKnown  bool          // room was seen
 	granting   chan struct{} // closed when the call granting a lease is done; nil: none is
 	cur        *lease        // the lease admitting calls, or nil
+	next       *lease        // granted ahead: admits calls once cur ends; or nil
 	ended      []*lease      // leases that stopped admitting, still with calls in flight
 	check      checkOp       // the scope's check, its fields built once (now set per call)
 }
@@ -220,12 +225,22 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 	for try := 0; try < 3; try++ {
 		sc.mu.Lock()
 		ls := sc.cur
-		var stale *lease
+		var stale, stale2 *lease
 		if ls != nil && (!now.Before(ls.until) || ls.minute != op.stamps[0] || ls.hold.task != c.Task) {
 			if sc.endLocked(ls) {
 				stale = ls
 			}
 			ls = nil
+		}
+		if ls == nil && sc.next != nil {
+			// The lease granted ahead takes over, or, stale, ends.
+			nx := sc.next
+			sc.next = nil
+			if now.Before(nx.until) && nx.minute == op.stamps[0] && nx.hold.task == c.Task {
+				sc.cur, ls = nx, nx
+			} else if sc.endLocked(nx) {
+				stale2 = nx
+			}
 		}
 		var wait chan struct{}
 		grant := false
@@ -239,8 +254,13 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 			}
 		}
 		sc.mu.Unlock()
-		if stale != nil {
-			l.finalizeLater(stale)
+		for _, e := range [2]*lease{stale, stale2} {
+			if e != nil {
+				l.finalizeLater(e)
+			}
+		}
+		if wait != nil || grant {
+			l.grantWaits.Add(1)
 		}
 		if wait != nil {
 			select {
@@ -274,7 +294,14 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 		sc.mu.Lock()
 		if !ls.ended && ls.version == chk.version && ls.fits(op) {
 			d := l.admit(c, now, pw, op, ls)
+			ahead := hot && !l.InProcess() && sc.granting == nil && sc.next == nil && ls.endsSoon(now) && sc.leaseSize(op) > 0
+			if ahead {
+				sc.granting = make(chan struct{})
+			}
 			sc.mu.Unlock()
+			if ahead {
+				l.grantAhead(c, now, pw, op, sc, chk.version)
+			}
 			return d, true, nil
 		}
 		if !ls.ended && ls.version == chk.version && !ls.sizedFor(op) {
@@ -303,6 +330,87 @@ func (sc *leaseScope) grantDone() {
 	close(sc.granting)
 	sc.granting = nil
 	sc.mu.Unlock()
+}
+
+// endsSoon reports whether ls is in the last quarter of its life or of
+// its calls, when the next lease is granted ahead (sc.mu held).
+func (ls *lease) endsSoon(now time.Time) bool {
+	return !now.Before(ls.until.Add(-leaseLife/4)) || 4*ls.usedReqs >= 3*ls.reqs
+}
+
+// grantAhead grants, in the background, the lease that takes over when the
+// scope's current one ends, so that no call of a steady caller waits for a
+// grant's round trip. It is sized and checked as grant's lease is, from
+// the call c that found the current lease ending (the caller set
+// sc.granting: calls that find no lease meanwhile wait for this grant). A
+// refused grant leaves the next call to reserve as without it.
+func (l *Limiter) grantAhead(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) {
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.wg.Add(1)
+	}
+	l.mu.Unlock()
+	if closed {
+		sc.grantDone()
+		return
+	}
+	cc, pwc, opc := *c, *pw, *op
+	go func() {
+		defer l.wg.Done()
+		defer sc.grantDone()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ls := l.grantLease(ctx, &cc, now, &pwc, &opc, sc, version)
+		if ls == nil {
+			return
+		}
+		sc.mu.Lock()
+		if sc.next == nil {
+			sc.next, ls = ls, nil
+		} else {
+			sc.endLocked(ls) // not wanted after all: it ends unused
+		}
+		sc.mu.Unlock()
+		if ls != nil {
+			l.finalizeLater(ls)
+		}
+	}()
+}
+
+// grantLease reserves a lease sized for calls like op of scope sc, or
+// returns nil (no room worth a lease, refused, or a store error).
+func (l *Limiter) grantLease(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) *lease {
+	sc.mu.Lock()
+	n := sc.leaseSize(op)
+	sc.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	gop := *op
+	gop.holdID = l.holdID("L")
+	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
+	gop.leaseUntil = op.leaseUntil + leaseLife.Milliseconds()
+	gop.setTTLs(now, pw)
+	rep, err := l.store.reserve(ctx, &gop)
+	if err != nil {
+		return nil
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if rep.status != statusOK {
+		if rep.status == statusRefused {
+			sc.noteRoom(&gop, &rep, false)
+		}
+		return nil
+	}
+	sc.noteRoom(&gop, &rep, true)
+	gd := l.decide(c, now, pw, &gop, &rep, false)
+	l.startSweep()
+	return &lease{
+		sc: sc, hold: gd.Hold, version: version, minute: op.stamps[0], until: now.Add(leaseLife),
+		base: rep.windows, reqs: gop.requests, tokens: gop.tokens, money: gop.money,
+	}
 }
 
 // grant reserves a lease for op's scope and admits c from it. A refused
@@ -603,7 +711,13 @@ func (l *Limiter) endLeases(task string, force bool) {
 				settle = append(settle, ls)
 			}
 		}
-		if sc.cur == nil && len(sc.ended) == 0 && sc.granting == nil && now.Sub(sc.lastCall) > scopeIdle {
+		if nx := sc.next; nx != nil && (force || !now.Before(nx.until) || nx.minute != minute) {
+			sc.next = nil
+			if sc.endLocked(nx) {
+				settle = append(settle, nx)
+			}
+		}
+		if sc.cur == nil && sc.next == nil && len(sc.ended) == 0 && sc.granting == nil && now.Sub(sc.lastCall) > scopeIdle {
 			idle = append(idle, k)
 		}
 		sc.mu.Unlock()
@@ -614,7 +728,7 @@ func (l *Limiter) endLeases(task string, force bool) {
 		for _, k := range idle {
 			sc := l.scopes[k]
 			sc.mu.Lock()
-			if sc.cur == nil && len(sc.ended) == 0 && sc.granting == nil && now.Sub(sc.lastCall) > scopeIdle {
+			if sc.cur == nil && sc.next == nil && len(sc.ended) == 0 && sc.granting == nil && now.Sub(sc.lastCall) > scopeIdle {
 				delete(l.scopes, k)
 			}
 			sc.mu.Unlock()

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -479,4 +480,48 @@ func TestNoteCallHotness(t *testing.T) {
 	if sc.noteCall(t0.Add(time.Second)) {
 		t.Error("the first call after a second's pause: hot")
 	}
+}
+
+// TestSteadyCallerNeverWaitsForAGrant: a caller of about 60 calls a second
+// on a Redis store is served from leases granted ahead, in the background:
+// after the first lease no call waits for a grant's round trip, and every
+// call is still counted exactly.
+func TestSteadyCallerNeverWaitsForAGrant(t *testing.T) {
+	if sec := time.Now().Second(); sec >= 55 {
+		time.Sleep(time.Duration(61-sec) * time.Second) // a lease never crosses a minute's end
+	}
+	ls, ss := redisReplicas(t, 2, Options{})
+	l, s := ls[0], ss[0]
+	task := bigTask("lease.ahead")
+	ctx := context.Background()
+	calls := int64(0)
+	call := func() {
+		d, err := l.Reserve(ctx, Call{Task: task, User: "steady", Estimate: Usage{InputTokens: 50, OutputTokens: 20, Money: 7}})
+		if err != nil || d.Hold == nil {
+			t.Fatalf("reserve: %v %+v", err, d)
+		}
+		if _, err := l.Settle(ctx, d.Hold, Outcome{Actual: Usage{InputTokens: 40, OutputTokens: 5, Money: 3}, Events: []Event{{Kind: "call"}}}); err != nil {
+			t.Fatal(err)
+		}
+		calls++
+	}
+	for range 40 { // until a lease serves the calls
+		call()
+		time.Sleep(16 * time.Millisecond)
+	}
+	waits0, trips0, n0 := l.grantWaits.Load(), s.RoundTrips(), calls
+	for start := time.Now(); time.Since(start) < 1500*time.Millisecond; {
+		call()
+		time.Sleep(16 * time.Millisecond)
+	}
+	if waits := l.grantWaits.Load() - waits0; waits > 0 {
+		t.Errorf("%d of %d calls waited for a lease's grant, want none", waits, calls-n0)
+	}
+	if trips := s.RoundTrips() - trips0; trips == 0 {
+		t.Error("no round trip in 1.5 s: no lease was granted ahead")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertBigTaskUsage(t, ls[1], task, "steady", calls, 45*calls, 3*calls)
 }

@@ -233,6 +233,7 @@ type Limiter struct {
 	settleHook atomic.Pointer[SettleHook]
 	bgMu       sync.Mutex
 	bg         map[*lease]chan struct{} // leases being settled in the background; closed when done
+	grantWaits atomic.Int64             // leased-path calls that waited for a lease's grant
 }
 
 // New returns a Limiter.
