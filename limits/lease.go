@@ -381,19 +381,8 @@ func (l *Limiter) grantAhead(c *Call, now time.Time, pw *[nPeriods]periodWin, op
 // grantLease reserves a lease sized for calls like op of scope sc, or
 // returns nil (no room worth a lease, refused, or a store error).
 func (l *Limiter) grantLease(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) *lease {
-	sc.mu.Lock()
-	n := sc.leaseSize(op)
-	sc.mu.Unlock()
-	if n == 0 {
-		return nil
-	}
-	gop := *op
-	gop.holdID = l.holdID("L")
-	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
-	gop.leaseUntil = op.leaseUntil + leaseLife.Milliseconds()
-	gop.setTTLs(now, pw)
-	rep, err := l.store.reserve(ctx, &gop)
-	if err != nil {
+	gop, rep, ok, err := l.reserveLease(ctx, now, pw, op, sc)
+	if err != nil || !ok {
 		return nil
 	}
 	sc.mu.Lock()
@@ -404,8 +393,33 @@ func (l *Limiter) grantLease(ctx context.Context, c *Call, now time.Time, pw *[n
 		}
 		return nil
 	}
-	sc.noteRoom(&gop, &rep, true)
-	gd := l.decide(c, now, pw, &gop, &rep, false)
+	return l.newLease(c, now, pw, op, &gop, &rep, sc, version)
+}
+
+// reserveLease reserves in the store a lease sized for calls like op of
+// scope sc (no lock held): the lease's reservation and the store's reply;
+// ok is false when the scope's room is not worth a lease.
+func (l *Limiter) reserveLease(ctx context.Context, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope) (gop reserveOp, rep reserveReply, ok bool, err error) {
+	sc.mu.Lock()
+	n := sc.leaseSize(op)
+	sc.mu.Unlock()
+	if n == 0 {
+		return gop, rep, false, nil
+	}
+	gop = *op
+	gop.holdID = l.holdID("L")
+	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
+	gop.leaseUntil = op.leaseUntil + leaseLife.Milliseconds()
+	gop.setTTLs(now, pw)
+	rep, err = l.store.reserve(ctx, &gop)
+	return gop, rep, err == nil, err
+}
+
+// newLease is the lease of a reservation the store granted (sc.mu held):
+// the scope's room noted, its hold made for c's task and user.
+func (l *Limiter) newLease(c *Call, now time.Time, pw *[nPeriods]periodWin, op, gop *reserveOp, rep *reserveReply, sc *leaseScope, version int64) *lease {
+	sc.noteRoom(gop, rep, true)
+	gd := l.decide(c, now, pw, gop, rep, false)
 	l.startSweep()
 	return &lease{
 		sc: sc, hold: gd.Hold, version: version, minute: op.stamps[0], until: now.Add(leaseLife),
@@ -416,19 +430,8 @@ func (l *Limiter) grantLease(ctx context.Context, c *Call, now time.Time, pw *[n
 // grant reserves a lease for op's scope and admits c from it. A refused
 // grant leaves c to be reserved on its own.
 func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) (Decision, bool, error) {
-	sc.mu.Lock()
-	n := sc.leaseSize(op)
-	sc.mu.Unlock()
-	if n == 0 {
-		return Decision{}, false, nil
-	}
-	gop := *op
-	gop.holdID = l.holdID("L")
-	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
-	gop.leaseUntil = op.leaseUntil + leaseLife.Milliseconds()
-	gop.setTTLs(now, pw)
-	rep, err := l.store.reserve(ctx, &gop)
-	if err != nil {
+	gop, rep, ok, err := l.reserveLease(ctx, now, pw, op, sc)
+	if err != nil || !ok {
 		return Decision{}, false, err
 	}
 	sc.mu.Lock()
@@ -440,12 +443,7 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 		sc.noteRoom(&gop, &rep, false)
 		return Decision{}, false, nil
 	}
-	sc.noteRoom(&gop, &rep, true)
-	gd := l.decide(c, now, pw, &gop, &rep, false)
-	ls := &lease{
-		sc: sc, hold: gd.Hold, version: version, minute: op.stamps[0], until: now.Add(leaseLife),
-		base: rep.windows, reqs: gop.requests, tokens: gop.tokens, money: gop.money,
-	}
+	ls := l.newLease(c, now, pw, op, &gop, &rep, sc, version)
 	if old := sc.cur; old != nil {
 		// Another call's lease of the same scope: this one replaces it.
 		if sc.endLocked(old) {
@@ -453,7 +451,6 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 		}
 	}
 	sc.cur = ls
-	l.startSweep()
 	return l.admit(c, now, pw, op, ls), true, nil
 }
 

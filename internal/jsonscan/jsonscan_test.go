@@ -213,35 +213,34 @@ func FuzzField(f *testing.F) {
 // BenchmarkField compares reading a plain answer's usage with Field,
 // FieldNearEnd and gjson.Get.
 func BenchmarkField(b *testing.B) {
-	b.Run("jsonscan", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
+	for _, bc := range []struct {
+		name  string
+		usage func() (in, out int64)
+	}{
+		{"jsonscan", func() (int64, int64) {
 			u, _, _ := Field(answer, "usage")
 			p, _, _ := Field(u, "prompt_tokens")
 			c, _, _ := Field(u, "completion_tokens")
-			if Int(p)+Int(c) != 1163 {
-				b.Fatal("usage")
-			}
-		}
-	})
-	b.Run("near_end", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
+			return Int(p), Int(c)
+		}},
+		{"near_end", func() (int64, int64) {
 			u, _ := FieldNearEnd(answer, `"usage"`)
 			p, _, _ := Field(u, "prompt_tokens")
 			c, _, _ := Field(u, "completion_tokens")
-			if Int(p)+Int(c) != 1163 {
-				b.Fatal("usage")
-			}
-		}
-	})
-	b.Run("gjson", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
+			return Int(p), Int(c)
+		}},
+		{"gjson", func() (int64, int64) {
 			u := gjson.Get(answer, "usage")
-			if u.Get("prompt_tokens").Int()+u.Get("completion_tokens").Int() != 1163 {
-				b.Fatal("usage")
+			return u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if in, out := bc.usage(); in+out != 1163 {
+					b.Fatal("usage")
+				}
 			}
-		}
-	})
+		})
+	}
 }
