@@ -477,10 +477,12 @@ func TestStreamCutMidway(t *testing.T) {
 	if s.Err() == nil || text != "one two three" {
 		t.Errorf("SDK: text %q, err %v", text, s.Err())
 	}
+	// The call ends (metrics, settlement) just after the client's last
+	// event: wait for it before reading what it counted.
+	used := checkSettled(t, e, "rel.single")
 	if out := e.relMetric("taskgate_tokens_total", "task", "rel.single", "direction", "output"); out <= 0 {
 		t.Errorf("output tokens streamed before the cut were not counted: %v", out)
 	}
-	used := checkSettled(t, e, "rel.single")
 	in := e.relMetric("taskgate_tokens_total", "task", "rel.single", "direction", "input")
 	out := e.relMetric("taskgate_tokens_total", "task", "rel.single", "direction", "output")
 	if float64(used) != in+out {
