@@ -345,13 +345,7 @@ func (ls *lease) endsSoon(now time.Time) bool {
 // sc.granting: calls that find no lease meanwhile wait for this grant). A
 // refused grant leaves the next call to reserve as without it.
 func (l *Limiter) grantAhead(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) {
-	l.mu.Lock()
-	closed := l.closed
-	if !closed {
-		l.wg.Add(1)
-	}
-	l.mu.Unlock()
-	if closed {
+	if !l.track() {
 		sc.grantDone()
 		return
 	}
@@ -587,16 +581,23 @@ func (l *Limiter) settleLease(ctx context.Context, ls *lease) (SettleResult, err
 	return l.settleStore(ctx, h, &op, winOf)
 }
 
+// track counts a background task in the Limiter's wait group (Close waits
+// for it), unless the Limiter is closed: then it reports false and the
+// caller does the work at once or not at all.
+func (l *Limiter) track() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Add(1)
+	return true
+}
+
 // finalizeLater settles an ended lease with no call in flight in the
 // background, and hands the result to the settle hook.
 func (l *Limiter) finalizeLater(ls *lease) {
-	l.mu.Lock()
-	closed := l.closed
-	if !closed {
-		l.wg.Add(1)
-	}
-	l.mu.Unlock()
-	if closed {
+	if !l.track() {
 		l.finalize(ls)
 		return
 	}
