@@ -133,22 +133,32 @@ func (r *CallRecord) appendCounts(dst []byte) []byte {
 	return strconv.AppendBool(dst, r.Stream)
 }
 
-// detailKey begins the line's detail fields (key to anomalies): the first
-// place it appears in a line is theirs, since a string's quotes are escaped.
-const detailKey = `,"key":`
+// Marks of a journal line's parts: the first place each appears in a line
+// is the part's own, since a string's quotes are escaped.
+const (
+	levelKey  = `,"level":`      // ends the time
+	requestID = `,"request_id":` // begins request_id, task, user and source
+	detailKey = `,"key":`        // begins the fields from key to anomalies
+)
 
-// LineDetail appends the "detail" of the event log's "call" event, taken
-// from a line AppendLine wrote: an object of the line's fields from key to
-// anomalies (those the event does not carry itself), as the line writes
-// them. It appends nothing when line is not such a line.
-func LineDetail(dst, line []byte) []byte {
+// LineEvent appends the event log's "call" event of a line AppendLine
+// wrote: the line's time, kind "call", its request_id, task, user and
+// source, and as detail its fields from key to anomalies (those the event
+// does not carry itself), as the line writes them. It appends nothing
+// when line is not such a line.
+func LineEvent(dst, line []byte) []byte {
+	lv := bytes.Index(line, []byte(levelKey))
+	rq := bytes.Index(line, []byte(requestID))
 	at := bytes.Index(line, []byte(detailKey))
-	if at < 0 || len(line) < at+2 || !bytes.HasSuffix(line, []byte("}\n")) {
+	if lv < 0 || rq < lv || at < rq || !bytes.HasPrefix(line, []byte(`{"time":`)) || !bytes.HasSuffix(line, []byte("}\n")) {
 		return dst
 	}
-	dst = append(dst, '{')
+	dst = append(dst, line[:lv]...)
+	dst = append(dst, `,"kind":"call"`...)
+	dst = append(dst, line[rq:at]...)
+	dst = append(dst, `,"detail":{`...)
 	dst = append(dst, line[at+1:len(line)-2]...)
-	return append(dst, '}')
+	return append(dst, "}}"...)
 }
 
 // appendStrings appends a string list as a JSON array, each string

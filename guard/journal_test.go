@@ -101,10 +101,11 @@ func decoded(t *testing.T, v any) any {
 
 func TestCallRecordDetail(t *testing.T) {
 	r := sampleRecord()
-	var got map[string]any
-	if err := json.Unmarshal(LineDetail(nil, r.AppendLine(nil, time.Now())), &got); err != nil {
+	var ev struct{ Detail map[string]any }
+	if err := json.Unmarshal(LineEvent(nil, r.AppendLine(nil, time.Now())), &ev); err != nil {
 		t.Fatal(err)
 	}
+	got := ev.Detail
 	want := map[string]any{
 		"key": "inventory-app", "endpoint": "openai-mini", "model": "gpt-4o-mini",
 		"status": 200.0, "code": "", "input_tokens": 1500.0, "output_tokens": 300.0,
@@ -161,24 +162,32 @@ func TestAppendLineMatchesSlog(t *testing.T) {
 	}
 }
 
-// TestLineDetail: the detail taken from each record's line holds the
-// record's detail fields, whatever its strings hold (one of them looks
-// like the detail's start).
-func TestLineDetail(t *testing.T) {
-	records := append(journalRecords(), CallRecord{RequestID: `x","key":"y`, Task: `,"key":`, User: `\",\"key\":`, Source: "}\n", Key: "k"})
+// TestLineEvent: the event taken from each record's line is the record's
+// call event: the line's time, kind "call", the record's request_id, task,
+// user and source, and its detail fields, whatever its strings hold (some
+// look like the marks of the line's parts).
+func TestLineEvent(t *testing.T) {
+	records := append(journalRecords(),
+		CallRecord{RequestID: `x","key":"y`, Task: `,"key":`, User: `\",\"key\":`, Source: "}\n", Key: "k"},
+		CallRecord{RequestID: `,"level":`, Task: `,"request_id":"z"`, Model: `,"level":,"key":`})
+	at := time.Date(2026, 11, 30, 18, 1, 2, 345600000, time.UTC)
 	for i, r := range records {
-		line := r.AppendLine(nil, time.Now())
-		var got any
-		if err := json.Unmarshal(LineDetail([]byte("x")[1:], line), &got); err != nil {
-			t.Fatalf("record %d: detail of %s: %v", i, line, err)
+		line := r.AppendLine(nil, at)
+		var got map[string]any
+		if err := json.Unmarshal(LineEvent([]byte("x")[1:], line), &got); err != nil {
+			t.Fatalf("record %d: event of %s: %v", i, line, err)
 		}
-		if want := decoded(t, detailOf(&r)); !reflect.DeepEqual(got, want) {
+		want := decoded(t, map[string]any{
+			"time": "2026-11-30T18:01:02.3456Z", "kind": "call", "request_id": r.RequestID,
+			"task": r.Task, "user": r.User, "source": r.Source, "detail": detailOf(&r),
+		})
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("record %d:\n got %v\nwant %v", i, got, want)
 		}
 	}
-	for _, bad := range []string{"", "{}\n", `{"key":"x"}`} {
-		if got := LineDetail(nil, []byte(bad)); len(got) != 0 {
-			t.Errorf("LineDetail(%q) = %s, want nothing", bad, got)
+	for _, bad := range []string{"", "{}\n", `{"key":"x"}`, `{"time":"t","key":"x","request_id":"r","level":1}` + "\n"} {
+		if got := LineEvent(nil, []byte(bad)); len(got) != 0 {
+			t.Errorf("LineEvent(%q) = %s, want nothing", bad, got)
 		}
 	}
 }
@@ -199,7 +208,7 @@ func BenchmarkJournal(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
 			buf = r.AppendLine(buf[:0], at)
-			_ = LineDetail(detail[:0], buf)
+			_ = LineEvent(detail[:0], buf)
 		}
 	})
 }

@@ -83,17 +83,17 @@ func gatewayTask(key string) *tasks.Task {
 }
 
 // gatewayOutcome is a plain call's outcome as the proxy settles it: the
-// usage and the "call" event with the journal's detail.
+// usage and the "call" event taken from the journal line.
 func gatewayOutcome(i int) Outcome {
 	return Outcome{
 		Actual: Usage{InputTokens: 12, OutputTokens: 9, Money: 33},
-		// The detail as the proxy hands it over: already encoded.
+		// The event as the proxy hands it over: already encoded.
 		Events: []Event{{Time: time.Now(), Kind: "call", Task: "bench.chat", User: "bench-user", Source: "load", RequestID: "req-" + strconv.Itoa(i),
-			RawDetail: gatewayDetail}},
+			Encoded: gatewayEvent}},
 	}
 }
 
-var gatewayDetail = []byte(`{"key":"bench","endpoint":"mini","model":"gpt-4o-mini","status":200,"code":"","input_tokens":12,"output_tokens":9,"cost_micros":33,"cost":"0.000033","latency_ms":0.412,"trimmed":0,"flagged":false,"failed_over":false,"stream":false,"anomalies":[]}`)
+var gatewayEvent = []byte(`{"time":"2026-11-30T14:05:07.123456789Z","kind":"call","request_id":"req-1","task":"bench.chat","user":"bench-user","source":"load","detail":{"key":"bench","endpoint":"mini","model":"gpt-4o-mini","status":200,"code":"","input_tokens":12,"output_tokens":9,"cost_micros":33,"cost":"0.000033","latency_ms":0.412,"trimmed":0,"flagged":false,"failed_over":false,"stream":false,"anomalies":[]}}`)
 
 // BenchmarkGatewayCall is the limit work of one plain call of the
 // end-to-end benchmark: Reserve, then Settle with one "call" event. One

@@ -16,6 +16,9 @@ import (
 // any other value is marshalled by encoding/json. Errors are encoding/json's
 // (a NaN, a time outside years 0–9999, a value it cannot encode).
 func appendEvent(dst []byte, ev *Event) ([]byte, error) {
+	if ev.Encoded != nil {
+		return append(dst, ev.Encoded...), nil
+	}
 	if !jsonSafeTime(ev.Time) {
 		return appendMarshal(dst, *ev) // encoding/json's error
 	}
@@ -32,9 +35,6 @@ func appendEvent(dst []byte, ev *Event) ([]byte, error) {
 	dst = append(dst, `,"request_id":`...)
 	dst = jsonstr.AppendHTML(dst, ev.RequestID)
 	dst = append(dst, `,"detail":`...)
-	if ev.RawDetail != nil {
-		return append(append(dst, ev.RawDetail...), '}'), nil
-	}
 	dst, err := appendDetail(dst, ev.Detail)
 	if err != nil {
 		return dst, err

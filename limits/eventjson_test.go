@@ -85,21 +85,17 @@ func BenchmarkAppendEvent(b *testing.B) {
 	})
 }
 
-// TestAppendEventRawDetail checks that a pre-encoded detail is written as
-// it is, in place of Detail.
-func TestAppendEventRawDetail(t *testing.T) {
-	t0 := time.Date(2026, 11, 30, 14, 5, 7, 123456789, time.UTC)
-	for _, at := range []time.Time{t0, t0.In(time.FixedZone("IST", 5*3600+1800))} {
-		ev := Event{Time: at, Kind: "call", Task: "t", User: "u", RequestID: "r", Detail: map[string]any{"ignored": true},
-			RawDetail: []byte(`{"a":1,"b":"x"}`)}
-		got, err := appendEvent(nil, &ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev.RawDetail, ev.Detail = nil, map[string]any{"a": 1, "b": "x"}
-		want, _ := json.Marshal(ev)
-		if !bytes.Equal(got, want) {
-			t.Errorf("time %v:\ngot  %s\nwant %s", at, got, want)
-		}
+// TestAppendEventEncoded checks that a pre-encoded event is written as it
+// is, in place of its fields' encoding.
+func TestAppendEventEncoded(t *testing.T) {
+	enc := []byte(`{"time":"2026-11-30T14:05:07.123456789Z","kind":"call","request_id":"r","task":"t","user":"u","source":"","detail":{"a":1}}`)
+	ev := Event{Time: time.Date(2026, 11, 30, 14, 5, 7, 123456789, time.UTC), Kind: "call", Task: "t", User: "u", RequestID: "r",
+		Detail: map[string]any{"ignored": true}, Encoded: enc}
+	got, err := appendEvent([]byte("x"), &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[1:], enc) {
+		t.Errorf("got  %s\nwant %s", got[1:], enc)
 	}
 }

@@ -118,9 +118,10 @@ type Event struct {
 	Source    string         `json:"source"`
 	RequestID string         `json:"request_id"`
 	Detail    map[string]any `json:"detail"`
-	// RawDetail, when not nil, is the detail already encoded as a JSON
-	// object; it is stored instead of Detail.
-	RawDetail []byte `json:"-"`
+	// Encoded, when not nil, is the whole event already encoded as a JSON
+	// object, stored as it is (Detail is then not used); the fields above
+	// must agree with it, for they decide where it is stored.
+	Encoded []byte `json:"-"`
 }
 
 // Outcome is how a call ended, for Settle.

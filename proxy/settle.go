@@ -70,8 +70,8 @@ func (c *call) finish() {
 		c.events = append(c.events, limits.Event{Time: now, Kind: "flag", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, Detail: detail})
 		c.s.log.Warn("flag", "request_id", c.id, "task", taskKey, "user", c.user, "source", c.source)
 	}
-	detail := c.journal(now, latency, cost, true)
-	c.events = append(c.events, limits.Event{Time: now, Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, RawDetail: detail})
+	ev := c.journal(now, latency, cost, true)
+	c.events = append(c.events, limits.Event{Time: now, Kind: "call", Task: taskKey, User: c.user, Source: c.source, RequestID: c.id, Encoded: ev})
 	out := limits.Outcome{Failed: c.failed, Flagged: c.flagged, Events: c.events}
 	if !c.failed {
 		out.Actual = limits.Usage{InputTokens: c.in, OutputTokens: c.out, Money: cost}
@@ -132,9 +132,9 @@ func (s *Server) signalSettlement(task, user string, watchers []config.Watcher, 
 }
 
 // journal writes the call's one structured log line, timed now. With
-// withDetail it returns the detail of the call's event, taken from the
-// line (a copy of its own).
-func (c *call) journal(now time.Time, latency time.Duration, cost int64, withDetail bool) []byte {
+// withEvent it returns the call's event for the store's journal, taken
+// from the line (a copy of its own).
+func (c *call) journal(now time.Time, latency time.Duration, cost int64, withEvent bool) []byte {
 	rec := &guard.CallRecord{
 		RequestID: c.id, User: c.user, Source: c.source, Status: c.status, Code: c.code,
 		InputTokens: c.in, OutputTokens: c.out, CostMicros: cost, Latency: latency,
@@ -150,7 +150,7 @@ func (c *call) journal(now time.Time, latency time.Duration, cost int64, withDet
 		rec.Endpoint = c.served.ep.Name
 		rec.Model = c.served.ep.Model
 	}
-	if c.s.journal == nil && !withDetail {
+	if c.s.journal == nil && !withEvent {
 		rec.Log(c.s.log)
 		return nil
 	}
@@ -161,12 +161,12 @@ func (c *call) journal(now time.Time, latency time.Duration, cost int64, withDet
 	} else {
 		rec.Log(c.s.log)
 	}
-	var detail []byte
-	if withDetail {
-		detail = guard.LineDetail(make([]byte, 0, len(*bp)), *bp)
+	var ev []byte
+	if withEvent {
+		ev = guard.LineEvent(make([]byte, 0, len(*bp)+32), *bp)
 	}
 	journalBufs.Put(bp)
-	return detail
+	return ev
 }
 
 // journalBufs are buffers for journal lines; a line is copied by the
