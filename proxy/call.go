@@ -286,9 +286,11 @@ func (c *call) routeChecks() *apiError {
 				bad = invalidRequest("messages", "each message must be an object")
 				return false
 			}
-			if strings.IndexByte(m, '[') < 0 {
-				// No array in the message: its content is not a parts list.
-			} else if parts, _, _ := jsonscan.Field(m, "content"); jsonscan.Kind(parts) == '[' {
+			parts := "" // a message with no '[' has no parts list
+			if strings.IndexByte(m, '[') >= 0 {
+				parts, _, _ = jsonscan.Field(m, "content")
+			}
+			if jsonscan.Kind(parts) == '[' {
 				k := 0
 				jsonscan.EachElem(parts, func(p string) bool {
 					k++

@@ -102,39 +102,50 @@ func EachFieldAt(obj string, fn func(key, val string, at int) bool) bool {
 	if i >= len(obj) || obj[i] != '{' {
 		return false
 	}
-	i = SkipSpace(obj, i+1)
+	end, stopped := members(obj, SkipSpace(obj, i+1), fn)
+	return stopped || end >= 0
+}
+
+// members reads an object's members from obj[i] (its first key, or its
+// closing brace) to its closing brace, calling fn (if any) with each;
+// fn returns false to stop. It returns the index after the brace, or -1
+// when the members are not well formed; stopped when fn stopped.
+func members(obj string, i int, fn func(key, val string, at int) bool) (end int, stopped bool) {
 	if i < len(obj) && obj[i] == '}' {
-		return true
+		return i + 1, false
 	}
 	for i < len(obj) {
 		if obj[i] != '"' {
-			return false
+			return -1, false
 		}
 		ke := SkipString(obj, i)
 		if ke < 0 {
-			return false
+			return -1, false
 		}
 		key := obj[i:ke]
 		i = SkipSpace(obj, ke)
 		if i >= len(obj) || obj[i] != ':' {
-			return false
+			return -1, false
 		}
 		i = SkipSpace(obj, i+1)
 		ve := SkipValue(obj, i)
 		if ve < 0 {
-			return false
+			return -1, false
 		}
-		if !fn(key, obj[i:ve], i) {
-			return true
+		if fn != nil && !fn(key, obj[i:ve], i) {
+			return -1, true
 		}
 		i = SkipSpace(obj, ve)
 		if i < len(obj) && obj[i] == ',' {
 			i = SkipSpace(obj, i+1)
 			continue
 		}
-		return i < len(obj) && obj[i] == '}'
+		if i < len(obj) && obj[i] == '}' {
+			return i + 1, false
+		}
+		return -1, false
 	}
-	return false
+	return -1, false
 }
 
 // EachElem calls fn with each raw element of the array arr; fn returns false
@@ -196,10 +207,6 @@ func Kind(raw string) byte {
 	}
 	return '0'
 }
-
-// RawKey returns the canonical key of a raw key: its text when it has no
-// escapes, else its unescaped text.
-func RawKey(raw string) string { return Str(raw) }
 
 // Field returns the raw value of the first top-level field of obj named
 // name, and its offset in obj; ok is false when obj is not an object or has
@@ -291,25 +298,18 @@ func keyValueAt(obj string, p, n int) (string, bool) {
 	if ve < 0 {
 		return "", false
 	}
-	// The rest: (',' key ':' value)* '}' and nothing after it.
+	// The rest: the object's other members, its closing brace, nothing after.
 	j := SkipSpace(obj, ve)
-	for j < len(obj) && obj[j] == ',' {
-		j = SkipSpace(obj, j+1)
-		if j >= len(obj) || obj[j] != '"' {
-			return "", false
+	end := -1
+	switch {
+	case j < len(obj) && obj[j] == '}':
+		end = j + 1
+	case j < len(obj) && obj[j] == ',':
+		if k := SkipSpace(obj, j+1); k < len(obj) && obj[k] == '"' {
+			end, _ = members(obj, k, nil)
 		}
-		if j = SkipString(obj, j); j < 0 {
-			return "", false
-		}
-		if j = SkipSpace(obj, j); j >= len(obj) || obj[j] != ':' {
-			return "", false
-		}
-		if j = SkipValue(obj, SkipSpace(obj, j+1)); j < 0 {
-			return "", false
-		}
-		j = SkipSpace(obj, j)
 	}
-	if j >= len(obj) || obj[j] != '}' || SkipSpace(obj, j+1) != len(obj) {
+	if end < 0 || SkipSpace(obj, end) != len(obj) {
 		return "", false
 	}
 	return obj[i:ve], true
