@@ -298,9 +298,10 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 			if ahead {
 				sc.granting = make(chan struct{})
 			}
+			curUntil := ls.until
 			sc.mu.Unlock()
 			if ahead {
-				l.grantAhead(c, now, pw, op, sc, chk.version)
+				l.grantAhead(c, now, curUntil, pw, op, sc, chk.version)
 			}
 			return d, true, nil
 		}
@@ -339,12 +340,16 @@ func (ls *lease) endsSoon(now time.Time) bool {
 }
 
 // grantAhead grants, in the background, the lease that takes over when the
-// scope's current one ends, so that no call of a steady caller waits for a
-// grant's round trip. It is sized and checked as grant's lease is, from
-// the call c that found the current lease ending (the caller set
-// sc.granting: calls that find no lease meanwhile wait for this grant). A
-// refused grant leaves the next call to reserve as without it.
-func (l *Limiter) grantAhead(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) {
+// scope's current one ends (at curUntil, or sooner when its calls run out),
+// so that no call of a steady caller waits for a grant's round trip. It is
+// sized and checked as grant's lease is, from the call c that found the
+// current lease ending (the caller set sc.granting: calls that find no
+// lease meanwhile wait for this grant), and it admits calls for leaseLife
+// from curUntil (at most a quarter life from now), not from now: counted
+// from the grant, a steady caller's leases each lived up to a quarter
+// less, one more grant and settlement every three leases. A refused grant
+// leaves the next call to reserve as without it.
+func (l *Limiter) grantAhead(c *Call, now, curUntil time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) {
 	if !l.track() {
 		sc.grantDone()
 		return
@@ -355,7 +360,16 @@ func (l *Limiter) grantAhead(c *Call, now time.Time, pw *[nPeriods]periodWin, op
 		defer sc.grantDone()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ls := l.grantLease(ctx, &cc, now, &pwc, &opc, sc, version)
+		// From curUntil, but never more than a quarter life ahead: a lease
+		// whose calls ran out early is followed sooner, and no lease admits
+		// calls longer than 1.25 leaseLife after its grant.
+		start := curUntil
+		if start.Before(now) {
+			start = now
+		} else if lim := now.Add(leaseLife / 4); start.After(lim) {
+			start = lim
+		}
+		ls := l.grantLease(ctx, &cc, now, start, &pwc, &opc, sc, version)
 		if ls == nil {
 			return
 		}
@@ -372,10 +386,11 @@ func (l *Limiter) grantAhead(c *Call, now time.Time, pw *[nPeriods]periodWin, op
 	}()
 }
 
-// grantLease reserves a lease sized for calls like op of scope sc, or
-// returns nil (no room worth a lease, refused, or a store error).
-func (l *Limiter) grantLease(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) *lease {
-	gop, rep, ok, err := l.reserveLease(ctx, now, pw, op, sc)
+// grantLease reserves a lease sized for calls like op of scope sc that
+// admits calls from start (now or later) for leaseLife, or returns nil (no
+// room worth a lease, refused, or a store error).
+func (l *Limiter) grantLease(ctx context.Context, c *Call, now, start time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) *lease {
+	gop, rep, ok, err := l.reserveLease(ctx, now, start, pw, op, sc)
 	if err != nil || !ok {
 		return nil
 	}
@@ -387,13 +402,15 @@ func (l *Limiter) grantLease(ctx context.Context, c *Call, now time.Time, pw *[n
 		}
 		return nil
 	}
-	return l.newLease(c, now, pw, op, &gop, &rep, sc, version)
+	return l.newLease(c, now, start, pw, op, &gop, &rep, sc, version)
 }
 
 // reserveLease reserves in the store a lease sized for calls like op of
-// scope sc (no lock held): the lease's reservation and the store's reply;
-// ok is false when the scope's room is not worth a lease.
-func (l *Limiter) reserveLease(ctx context.Context, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope) (gop reserveOp, rep reserveReply, ok bool, err error) {
+// scope sc that admits calls from start for leaseLife (no lock held): the
+// lease's reservation, held in the store until a call admitted at its end
+// could have finished, and the store's reply; ok is false when the scope's
+// room is not worth a lease.
+func (l *Limiter) reserveLease(ctx context.Context, now, start time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope) (gop reserveOp, rep reserveReply, ok bool, err error) {
 	sc.mu.Lock()
 	n := sc.leaseSize(op)
 	sc.mu.Unlock()
@@ -403,20 +420,21 @@ func (l *Limiter) reserveLease(ctx context.Context, now time.Time, pw *[nPeriods
 	gop = *op
 	gop.holdID = l.holdID("L")
 	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
-	gop.leaseUntil = op.leaseUntil + leaseLife.Milliseconds()
+	gop.leaseUntil = op.leaseUntil + (start.Sub(now) + leaseLife).Milliseconds()
 	gop.setTTLs(now, pw)
 	rep, err = l.store.reserve(ctx, &gop)
 	return gop, rep, err == nil, err
 }
 
-// newLease is the lease of a reservation the store granted (sc.mu held):
-// the scope's room noted, its hold made for c's task and user.
-func (l *Limiter) newLease(c *Call, now time.Time, pw *[nPeriods]periodWin, op, gop *reserveOp, rep *reserveReply, sc *leaseScope, version int64) *lease {
+// newLease is the lease of a reservation the store granted (sc.mu held),
+// admitting calls until start+leaseLife: the scope's room noted, its hold
+// made for c's task and user.
+func (l *Limiter) newLease(c *Call, now, start time.Time, pw *[nPeriods]periodWin, op, gop *reserveOp, rep *reserveReply, sc *leaseScope, version int64) *lease {
 	sc.noteRoom(gop, rep, true)
 	gd := l.decide(c, now, pw, gop, rep, false)
 	l.startSweep()
 	return &lease{
-		sc: sc, hold: gd.Hold, version: version, minute: op.stamps[0], until: now.Add(leaseLife),
+		sc: sc, hold: gd.Hold, version: version, minute: op.stamps[0], until: start.Add(leaseLife),
 		base: rep.windows, reqs: gop.requests, tokens: gop.tokens, money: gop.money,
 	}
 }
@@ -424,7 +442,7 @@ func (l *Limiter) newLease(c *Call, now time.Time, pw *[nPeriods]periodWin, op, 
 // grant reserves a lease for op's scope and admits c from it. A refused
 // grant leaves c to be reserved on its own.
 func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) (Decision, bool, error) {
-	gop, rep, ok, err := l.reserveLease(ctx, now, pw, op, sc)
+	gop, rep, ok, err := l.reserveLease(ctx, now, now, pw, op, sc)
 	if err != nil || !ok {
 		return Decision{}, false, err
 	}
@@ -437,7 +455,7 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 		sc.noteRoom(&gop, &rep, false)
 		return Decision{}, false, nil
 	}
-	ls := l.newLease(c, now, pw, op, &gop, &rep, sc, version)
+	ls := l.newLease(c, now, now, pw, op, &gop, &rep, sc, version)
 	if old := sc.cur; old != nil {
 		// Another call's lease of the same scope: this one replaces it.
 		if sc.endLocked(old) {

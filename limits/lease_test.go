@@ -358,8 +358,9 @@ func TestLeasesFailOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lease admits calls without the store (blocks come from the
-	// mirror) until it runs out; then the next call needs the store.
-	time.Sleep(leaseLife)
+	// mirror) until it runs out, and so may one granted ahead (for at most
+	// 1.25 leaseLife from its grant); then the next call needs the store.
+	time.Sleep(leaseLife * 3 / 2)
 	for i := 0; i < 5; i++ {
 		d := mustReserve(t, l, call)
 		if d.Hold == nil {
@@ -524,4 +525,43 @@ func TestSteadyCallerNeverWaitsForAGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertBigTaskUsage(t, ls[1], task, "steady", calls, 45*calls, 3*calls)
+}
+
+// TestAheadLeaseAdmitsForAFullLife: a lease granted ahead admits calls for
+// leaseLife from when the lease before it ends, not from its grant (which
+// made a steady caller's leases a quarter shorter, and their grants and
+// settlements a third more). The calls' clock is the test's: one call
+// every 16 ms of it, as fast as they run.
+func TestAheadLeaseAdmitsForAFullLife(t *testing.T) {
+	if sec := time.Now().Second(); sec >= 50 {
+		time.Sleep(time.Duration(61-sec) * time.Second) // a lease never crosses a minute's end
+	}
+	ls, ss := redisReplicas(t, 1, Options{})
+	l := ls[0]
+	waitMirror(t, ss[0], true)
+	task := bigTask("lease.life")
+	const step = 16 * time.Millisecond
+	now := time.Now()
+	var order []*lease
+	admitted := map[*lease]int{}
+	for i := 0; i < 220; i++ { // 3.5 s of the test's clock
+		d := mustReserve(t, l, Call{Task: task, User: "steady", Now: now, Estimate: Usage{InputTokens: 50, OutputTokens: 20, Money: 7}})
+		if ls := d.Hold.lease; ls != nil {
+			if admitted[ls] == 0 {
+				order = append(order, ls)
+			}
+			admitted[ls]++
+		}
+		mustSettle(t, l, d.Hold, Outcome{Actual: Usage{InputTokens: 40, OutputTokens: 5, Money: 3}})
+		now = now.Add(step)
+	}
+	if len(order) < 6 {
+		t.Fatalf("%d leases served the calls, want at least 6", len(order))
+	}
+	want := int(leaseLife / step) // 15 (15.6 calls in a lease's life)
+	for i, ls := range order[1 : len(order)-1] {
+		if n := admitted[ls]; n < want {
+			t.Errorf("lease %d of %d admitted %d calls, want %d or more (%v of calls every %v)", i+2, len(order), n, want, leaseLife, step)
+		}
+	}
 }
