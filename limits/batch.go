@@ -31,6 +31,10 @@ type scriptCmd struct {
 	s      [16]string
 	n      [40]int64
 	ns, nn int
+	// then are plain commands sent right after the script in its round
+	// trip (pushLog); their replies are not read, and a script the server
+	// lacks goes again as EVAL without them.
+	then []*scriptCmd
 }
 
 // newScriptCmd starts a command for script; room is a capacity hint for
@@ -92,6 +96,27 @@ func (c *scriptCmd) bool(v bool) {
 // bytes adds a byte string argument.
 func (c *scriptCmd) bytes(b []byte) { c.list = append(c.list, b) }
 
+// pushLog has entries pushed onto the capped log at key (newest first,
+// trimmed to eventCap) after the script, in its round trip: LPUSH and
+// LTRIM, plain commands, since in a script each entry became a Lua string
+// first (several microseconds of Redis's time each). The push is not part
+// of the script's atomic step and its failure does not fail the script.
+func (c *scriptCmd) pushLog(key string, entries [][]byte) {
+	if len(entries) == 0 {
+		return
+	}
+	push := newPlainCmd("lpush", 1+len(entries))
+	push.str(key)
+	for _, e := range entries {
+		push.bytes(e)
+	}
+	trim := newPlainCmd("ltrim", 3)
+	trim.str(key)
+	trim.num(0)
+	trim.num(eventCap - 1)
+	c.then = append(c.then, push, trim)
+}
+
 // cmd is the go-redis command: EVALSHA, or EVAL with the script's source;
 // for a plain command, the command itself.
 func (c *scriptCmd) cmd(ctx context.Context, eval bool) *redis.Cmd {
@@ -114,10 +139,22 @@ func (c *scriptCmd) cmd(ctx context.Context, eval bool) *redis.Cmd {
 // have the script (a restart, SCRIPT FLUSH).
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
-// runScript runs one script command: EVALSHA, then EVAL after NOSCRIPT.
+// runScript runs one script command, and the plain commands after it in
+// the same round trip: EVALSHA, then EVAL after NOSCRIPT.
 func runScript(ctx context.Context, c redis.UniversalClient, sc *scriptCmd) (any, error) {
 	cmd := sc.cmd(ctx, false)
-	if err := c.Process(ctx, cmd); isNoScript(err) {
+	if len(sc.then) == 0 {
+		_ = c.Process(ctx, cmd)
+	} else {
+		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			_ = p.Process(ctx, cmd)
+			for _, t := range sc.then {
+				_ = p.Process(ctx, t.cmd(ctx, false))
+			}
+			return nil
+		})
+	}
+	if isNoScript(cmd.Err()) {
 		cmd = sc.cmd(ctx, true)
 		_ = c.Process(ctx, cmd)
 	}
@@ -234,6 +271,9 @@ func (b *scriptBatcher) send(batch []*scriptRun) {
 		for i, r := range batch {
 			cmds[i] = r.sc.cmd(ctx, false)
 			_ = p.Process(ctx, cmds[i])
+			for _, t := range r.sc.then {
+				_ = p.Process(ctx, t.cmd(ctx, false))
+			}
 		}
 		return nil
 	})

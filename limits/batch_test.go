@@ -228,3 +228,84 @@ func TestConcurrentSettlesCoalesce(t *testing.T) {
 		t.Errorf("%d crossings, want 1", crossings)
 	}
 }
+
+// TestPushLogGoesWithTheScript: the log entries a script command carries
+// (pushLog) reach their list once, newest first and capped at eventCap,
+// in the script's round trip: alone, after NOSCRIPT (the script goes again
+// as EVAL, the entries do not), and in a batch.
+func TestPushLogGoesWithTheScript(t *testing.T) {
+	s := newRedis(t, redistest.Start(t).URL(), 5*time.Second) // a server of its own: the test flushes its scripts
+	for _, c := range []struct {
+		name    string
+		flush   bool // SCRIPT FLUSH first
+		batched bool // sent by a batcher with a batch of other runs
+		entries int
+		trips   int
+	}{
+		{name: "alone", entries: 3, trips: 1},
+		{name: "noscript", flush: true, entries: 3, trips: 2},
+		{name: "batched", batched: true, entries: 3, trips: 1},
+		{name: "past the cap", entries: eventCap + 5, trips: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key, counter := s.prefix+"{push}:"+c.name, s.prefix+"{push}:n:"+c.name
+			if err := s.c.ScriptFlush(bg).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if !c.flush {
+				if err := s.c.ScriptLoad(bg, countScript.src).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			entries := make([][]byte, c.entries)
+			for i := range entries {
+				entries[i] = []byte(fmt.Sprint("e", i))
+			}
+			sc := newScriptCmd(countScript, 2)
+			sc.key(counter)
+			sc.str("done")
+			sc.pushLog(key, entries)
+			var trips atomic.Int64
+			s.c.AddHook(scriptTripHook{&trips})
+			var res any
+			var err error
+			if c.batched {
+				b := newScriptBatcher(s.c, 1, 64)
+				other := newScriptCmd(countScript, 2)
+				other.key(counter + ":other")
+				other.str("other")
+				res, err = sendBatch(b, other, sc)
+			} else {
+				res, err = runScript(bg, s.c, sc)
+			}
+			if err != nil || res != "done" {
+				t.Fatalf("script: %v, %v", res, err)
+			}
+			if got := trips.Load(); got != int64(c.trips) {
+				t.Errorf("%d round trips, want %d", got, c.trips)
+			}
+			if n, err := s.c.Get(bg, counter).Int(); err != nil || n != 1 {
+				t.Errorf("script ran %d times (%v), want once", n, err)
+			}
+			got, err := s.c.LRange(bg, key, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := min(c.entries, eventCap)
+			if len(got) != want || got[0] != fmt.Sprint("e", c.entries-1) || got[want-1] != fmt.Sprint("e", c.entries-want) {
+				t.Errorf("log holds %d entries from %q to %q, want %d from e%d to e%d", len(got), got[0], got[len(got)-1], want, c.entries-1, c.entries-want)
+			}
+		})
+	}
+}
+
+// sendBatch sends runs as one batch of b and returns the last one's reply.
+func sendBatch(b *scriptBatcher, scs ...*scriptCmd) (any, error) {
+	batch := make([]*scriptRun, len(scs))
+	for i, sc := range scs {
+		batch[i] = &scriptRun{ctx: bg, sc: sc, done: make(chan struct{})}
+	}
+	b.send(batch)
+	last := batch[len(batch)-1]
+	return last.res, last.err
+}

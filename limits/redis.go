@@ -343,7 +343,7 @@ func parseReserveReply(res []any) (reserveReply, error) {
 
 func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, error) {
 	base := s.base(op.task)
-	c := newScriptCmd(settleScript, 19+4*len(op.wins)+len(op.thresholds)+len(op.events)+len(op.calls))
+	c := newScriptCmd(settleScript, 15+4*len(op.wins)+len(op.thresholds))
 	c.key(base + "holds")
 	c.str(base)
 	c.str(op.user)
@@ -354,12 +354,8 @@ func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, err
 	c.num(op.actMoney)
 	c.num(int64(len(op.wins)))
 	c.num(int64(len(op.thresholds)))
-	c.num(int64(len(op.events)))
 	c.str(op.flagKey)
 	c.num(op.flagTTL)
-	c.num(eventCap)
-	c.num(eventTrimAt)
-	c.num(int64(len(op.calls)))
 	c.num(op.resRequests)
 	c.num(op.actRequests)
 	c.bool(op.lease)
@@ -372,12 +368,8 @@ func (s *RedisStore) settle(ctx context.Context, op *settleOp) (settleReply, err
 	for _, t := range op.thresholds {
 		c.str(formatThreshold(t))
 	}
-	for _, e := range op.events {
-		c.bytes(e)
-	}
-	for _, e := range op.calls {
-		c.bytes(e)
-	}
+	c.pushLog(base+logSignals, op.events)
+	c.pushLog(base+logCalls, op.calls)
 	reply, err := s.settles.run(ctx, c)
 	if err != nil {
 		return settleReply{}, fmt.Errorf("settle script: %w", err)

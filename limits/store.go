@@ -53,11 +53,6 @@ func logOf(kind string) string {
 // eventCap is how many events each of a task's logs keeps (the newest).
 const eventCap = 1000
 
-// eventTrimAt is how long the settle script lets a Redis event log grow
-// before trimming it back to eventCap: one LTRIM per 64 events instead of
-// one a call. Readers read only the newest eventCap.
-const eventTrimAt = eventCap + 63
-
 // Window indexes: scope*12 + unit*4 + period, in the canonical order of
 // config.ScopeNames, config.UnitNames and config.PeriodNames.
 const (
