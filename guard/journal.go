@@ -84,9 +84,24 @@ func (r *CallRecord) Log(l *slog.Logger) {
 // (level info and above), byte for byte, newline included, with t as its
 // time, without slog's per-attribute work: the journal's hot path.
 func (r *CallRecord) AppendLine(dst []byte, t time.Time) []byte {
+	dst, _ = r.AppendLineMarks(dst, t)
+	return dst
+}
+
+// LineMarks are where a line's parts begin, from the line's start: its
+// levelKey, requestID and detailKey.
+type LineMarks struct{ level, requestID, detail int }
+
+// AppendLineMarks is AppendLine that also returns the line's marks, for
+// LineEventAt (LineEvent looks for them).
+func (r *CallRecord) AppendLineMarks(dst []byte, t time.Time) ([]byte, LineMarks) {
+	var m LineMarks
+	start := len(dst)
 	dst = append(dst, `{"time":"`...)
 	dst = jsonstr.AppendTime(dst, t)
+	m.level = len(dst) + 1 - start
 	dst = append(dst, `","level":"INFO","msg":"call","request_id":`...)
+	m.requestID = len(dst) - len(requestID) - start
 	dst = jsonstr.AppendLog(dst, r.RequestID)
 	dst = append(dst, `,"task":`...)
 	dst = jsonstr.AppendLog(dst, r.Task)
@@ -94,6 +109,7 @@ func (r *CallRecord) AppendLine(dst []byte, t time.Time) []byte {
 	dst = jsonstr.AppendLog(dst, r.User)
 	dst = append(dst, `,"source":`...)
 	dst = jsonstr.AppendLog(dst, r.Source)
+	m.detail = len(dst) - start
 	dst = append(dst, detailKey...)
 	dst = jsonstr.AppendLog(dst, r.Key)
 	dst = append(dst, `,"endpoint":`...)
@@ -107,7 +123,7 @@ func (r *CallRecord) AppendLine(dst []byte, t time.Time) []byte {
 	dst = r.appendCounts(dst)
 	dst = append(dst, `,"anomalies":`...)
 	dst = appendStrings(dst, r.anomalies(), jsonstr.Append) // slog marshals it without HTML escaping
-	return append(dst, "}\n"...)
+	return append(dst, "}\n"...), m
 }
 
 // appendCounts appends the attributes from input_tokens to stream, in
@@ -147,17 +163,21 @@ const (
 // does not carry itself), as the line writes them. It appends nothing
 // when line is not such a line.
 func LineEvent(dst, line []byte) []byte {
-	lv := bytes.Index(line, []byte(levelKey))
-	rq := bytes.Index(line, []byte(requestID))
-	at := bytes.Index(line, []byte(detailKey))
-	if lv < 0 || rq < lv || at < rq || !bytes.HasPrefix(line, []byte(`{"time":`)) || !bytes.HasSuffix(line, []byte("}\n")) {
+	m := LineMarks{bytes.Index(line, []byte(levelKey)), bytes.Index(line, []byte(requestID)), bytes.Index(line, []byte(detailKey))}
+	if m.level < 0 || m.requestID < m.level || m.detail < m.requestID || !bytes.HasPrefix(line, []byte(`{"time":`)) || !bytes.HasSuffix(line, []byte("}\n")) {
 		return dst
 	}
-	dst = append(dst, line[:lv]...)
+	return LineEventAt(dst, line, m)
+}
+
+// LineEventAt is LineEvent of a line AppendLineMarks wrote, whose marks it
+// returned: no search.
+func LineEventAt(dst, line []byte, m LineMarks) []byte {
+	dst = append(dst, line[:m.level]...)
 	dst = append(dst, `,"kind":"call"`...)
-	dst = append(dst, line[rq:at]...)
+	dst = append(dst, line[m.requestID:m.detail]...)
 	dst = append(dst, `,"detail":{`...)
-	dst = append(dst, line[at+1:len(line)-2]...)
+	dst = append(dst, line[m.detail+1:len(line)-2]...)
 	return append(dst, "}}"...)
 }
 

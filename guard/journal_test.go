@@ -165,7 +165,8 @@ func TestAppendLineMatchesSlog(t *testing.T) {
 // TestLineEvent: the event taken from each record's line is the record's
 // call event: the line's time, kind "call", the record's request_id, task,
 // user and source, and its detail fields, whatever its strings hold (some
-// look like the marks of the line's parts).
+// look like the marks of the line's parts); LineEventAt with the marks
+// AppendLineMarks returns (after other bytes) gives the same bytes.
 func TestLineEvent(t *testing.T) {
 	records := append(journalRecords(),
 		CallRecord{RequestID: `x","key":"y`, Task: `,"key":`, User: `\",\"key\":`, Source: "}\n", Key: "k"},
@@ -183,6 +184,13 @@ func TestLineEvent(t *testing.T) {
 		})
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("record %d:\n got %v\nwant %v", i, got, want)
+		}
+		prefixed, marks := r.AppendLineMarks([]byte("earlier line\n"), at)
+		if !bytes.Equal(prefixed[len("earlier line\n"):], line) {
+			t.Fatalf("record %d: AppendLineMarks wrote %s, AppendLine %s", i, prefixed, line)
+		}
+		if fromMarks, want := LineEventAt(nil, line, marks), LineEvent(nil, line); !bytes.Equal(fromMarks, want) {
+			t.Errorf("record %d: LineEventAt\n%s\nLineEvent\n%s", i, fromMarks, want)
 		}
 	}
 	for _, bad := range []string{"", "{}\n", `{"key":"x"}`, `{"time":"t","key":"x","request_id":"r","level":1}` + "\n"} {
@@ -207,8 +215,9 @@ func BenchmarkJournal(b *testing.B) {
 		var buf, detail []byte
 		b.ReportAllocs()
 		for range b.N {
-			buf = r.AppendLine(buf[:0], at)
-			_ = LineEvent(detail[:0], buf)
+			var m LineMarks
+			buf, m = r.AppendLineMarks(buf[:0], at)
+			_ = LineEventAt(detail[:0], buf, m)
 		}
 	})
 }

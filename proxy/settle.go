@@ -155,7 +155,8 @@ func (c *call) journal(now time.Time, latency time.Duration, cost int64, withEve
 		return nil
 	}
 	bp := journalBufs.Get().(*[]byte)
-	*bp = rec.AppendLine((*bp)[:0], now)
+	var marks guard.LineMarks
+	*bp, marks = rec.AppendLineMarks((*bp)[:0], now)
 	if c.s.journal != nil {
 		_, _ = c.s.journal.Write(*bp)
 	} else {
@@ -163,7 +164,7 @@ func (c *call) journal(now time.Time, latency time.Duration, cost int64, withEve
 	}
 	var ev []byte
 	if withEvent {
-		ev = guard.LineEvent(make([]byte, 0, len(*bp)+32), *bp)
+		ev = guard.LineEventAt(make([]byte, 0, len(*bp)+32), *bp, marks)
 	}
 	journalBufs.Put(bp)
 	return ev
