@@ -102,10 +102,9 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 		return newError(401, "invalid_api_key", "missing or invalid API key: send Authorization: Bearer <key>")
 	}
 	body := fc.Body()
-	if e := checkBody(body); e != nil {
+	if e := c.top.readChecked(body, c.rt.fieldNeeds); e != nil {
 		return e
 	}
-	c.top.read(body, c.rt.fieldNeeds)
 	m := c.top.model
 	if m.Exists() && m.Type != gjson.String {
 		return invalidRequest("model", "model must be a string")
@@ -664,11 +663,11 @@ type topFields struct {
 	dups  bool        // a field read here is given more than once
 }
 
-// read fills f from body, a JSON object already checked valid, with the
-// needs fieldNeeds (if any) finds in the same pass.
-func (f *topFields) read(body []byte, fieldNeeds func(key string, v gjson.Result) tasks.Needs) {
-	js := unsafe.String(unsafe.SliceData(body), len(body))
-	jsonscan.EachFieldAt(js, func(rawKey, raw string, at int) bool {
+// readChecked checks body as checkBody does (the same error) and, in the
+// same pass, fills f from its top-level members, with the needs fieldNeeds
+// (if any) finds. f is filled only when it returns nil.
+func (f *topFields) readChecked(body []byte, fieldNeeds func(key string, v gjson.Result) tasks.Needs) *apiError {
+	if validObjectMembers(body, maxJSONDepth, func(rawKey, raw string, at int) {
 		k := jsonscan.Str(rawKey)
 		var v gjson.Result
 		dst := f.field(k)
@@ -685,8 +684,14 @@ func (f *topFields) read(body []byte, fieldNeeds func(key string, v gjson.Result
 		if fieldNeeds != nil {
 			f.needs |= fieldNeeds(k, v)
 		}
-		return true
-	})
+	}) {
+		return nil
+	}
+	*f = topFields{}
+	if e := bodyProblem(body); e != nil {
+		return e
+	}
+	return invalidRequest("", "the request body is not valid JSON") // not reached: bodyProblem finds what validObject refuses
 }
 
 // resultOf is the gjson.Result of the raw value found at offset at, as

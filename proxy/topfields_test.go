@@ -35,11 +35,18 @@ var topFieldNames = []string{"model", "stream", "stream_options", "messages", "i
 	"safety_identifier", "user", "max_completion_tokens", "max_tokens", "max_output_tokens", "tools", "functions"}
 
 // checkTopFields reads body's top level and compares each kept field with
-// gjson.Get: raw text, type, string, number and offset.
+// gjson.Get: raw text, type, string, number and offset (for a body the
+// gateway accepts: one that gjson takes but checkBody refuses, for its
+// UTF-8 or depth, is only checked to be refused by the read too).
 func checkTopFields(t *testing.T, body string) {
 	t.Helper()
 	var f topFields
-	f.read([]byte(body), nil)
+	if e := f.readChecked([]byte(body), nil); e != nil {
+		if checkBody([]byte(body)) == nil {
+			t.Fatalf("readChecked refused %s (%s), checkBody accepts it", body, e.Message)
+		}
+		return
+	}
 	for _, name := range topFieldNames {
 		got, want := f.get(name), gjson.Get(body, name)
 		if got.Raw != want.Raw || got.Type != want.Type || got.Exists() != want.Exists() || got.Str != want.Str ||
@@ -77,7 +84,7 @@ func TestSetModelSplicesWhereTopFieldsFoundIt(t *testing.T) {
 		{`{"messages":[]}`, "added"},
 	} {
 		var f topFields
-		f.read([]byte(tc.body), nil)
+		_ = f.readChecked([]byte(tc.body), nil)
 		if f.model.Exists() && f.model.Index == 0 {
 			t.Errorf("%s: the one-pass read gave no place for the model", tc.body)
 		}
@@ -116,9 +123,9 @@ func TestTopFieldsKeepEveryRouteField(t *testing.T) {
 }
 
 // BenchmarkTopFields compares the one-pass read of a 10 KB chat body's
-// top-level fields with one gjson.GetBytes per field, as a chat call reads
-// them (model, stream, safety_identifier, user, messages, the two output
-// maxima).
+// top-level fields (which also checks the whole body, as checkBody) with
+// one gjson.GetBytes per field, as a chat call reads them (model, stream,
+// safety_identifier, user, messages, the two output maxima).
 func BenchmarkTopFields(b *testing.B) {
 	body := chatBody10KB()
 	fields := []string{"model", "stream", "safety_identifier", "user", "messages", "max_completion_tokens", "max_tokens"}
@@ -127,7 +134,7 @@ func BenchmarkTopFields(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for range b.N {
 			var f topFields
-			f.read(body, nil)
+			_ = f.readChecked(body, nil)
 			for _, name := range fields {
 				_ = f.get(name)
 			}
@@ -157,7 +164,7 @@ func TestAskUsage(t *testing.T) {
 		`{"stream\u005foptions":{"include_usage":false}}`,
 	} {
 		var top topFields
-		top.read([]byte(body), nil)
+		_ = top.readChecked([]byte(body), nil)
 		got := askUsage([]byte(body), !top.streamOptions.Exists())
 		if !gjson.ValidBytes(got) {
 			t.Errorf("%s: not JSON: %s", body, got)
@@ -206,11 +213,10 @@ func detectCorpus(t testing.TB) [][]byte {
 // oneCallNeeds is what prepare finds body asks for on route rt, and
 // whether the body passes the route's checks (only then do needs count).
 func oneCallNeeds(rt *route, body []byte) (tasks.Needs, bool) {
-	if checkBody(body) != nil {
+	c := &call{rt: rt}
+	if c.top.readChecked(body, rt.fieldNeeds) != nil {
 		return 0, false
 	}
-	c := &call{rt: rt}
-	c.top.read(body, rt.fieldNeeds)
 	if c.routeChecks() != nil {
 		return 0, false
 	}

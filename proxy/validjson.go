@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"unicode/utf8"
+	"unsafe"
 
 	"taskgate/internal/swar"
 )
@@ -10,8 +11,14 @@ import (
 // JSON object (RFC 8259, surrounding whitespace allowed), valid UTF-8,
 // nesting objects and arrays at most maxDepth deep. checkBody's separate
 // checks then only run to name what is wrong with a body it refuses.
-func validObject(b []byte, maxDepth int) bool {
-	v := jsonValidator{b: b, maxDepth: maxDepth}
+func validObject(b []byte, maxDepth int) bool { return validObjectMembers(b, maxDepth, nil) }
+
+// validObjectMembers is validObject that also calls member, if not nil,
+// with each member of the outermost object as the pass reads it: its raw
+// key (with quotes), its raw value and the value's offset in b (views of
+// b). When it reports false, the calls made are to be ignored.
+func validObjectMembers(b []byte, maxDepth int, member func(rawKey, raw string, at int)) bool {
+	v := jsonValidator{b: b, maxDepth: maxDepth, member: member}
 	i := v.space(0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -28,6 +35,7 @@ func validObject(b []byte, maxDepth int) bool {
 type jsonValidator struct {
 	b        []byte
 	maxDepth int
+	member   func(rawKey, raw string, at int) // the outermost object's members, or nil
 }
 
 // space skips JSON whitespace.
@@ -78,7 +86,9 @@ func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 	if i < len(v.b) && v.b[i] == close {
 		return i + 1
 	}
+	report := keyed && depth == 1 && v.member != nil
 	for {
+		ks, ke := i, i
 		if keyed {
 			if i >= len(v.b) || v.b[i] != '"' {
 				return -1
@@ -86,14 +96,20 @@ func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 			if i = v.str(i); i < 0 {
 				return -1
 			}
+			ke = i
 			i = v.space(i)
 			if i >= len(v.b) || v.b[i] != ':' {
 				return -1
 			}
 			i = v.space(i + 1)
 		}
+		vs := i
 		if i = v.value(i, depth); i < 0 {
 			return -1
+		}
+		if report {
+			js := unsafe.String(unsafe.SliceData(v.b), len(v.b))
+			v.member(js[ks:ke], js[vs:i], vs)
 		}
 		i = v.space(i)
 		if i >= len(v.b) {

@@ -247,14 +247,15 @@ func FieldNearEnd(obj, quoted string) (raw string, ok bool) {
 }
 
 // lastIndexQuoted is strings.LastIndex(s, q) for q of two bytes or more
-// beginning with a quote:
-// it goes back over eight bytes at a time to the quotes and compares q at
-// each (LastIndex hashes every byte on the way).
+// beginning with a quote: it goes back over eight bytes at a time to the
+// bytes equal to q[1] (rarer in JSON than quotes, which begin every key and
+// string) and compares q at each (LastIndex hashes every byte on the way).
 func lastIndexQuoted(s, q string) int {
-	i := len(s) - 1 // s[i+1:] holds no start of q
-	for i >= 0 {
-		if i >= 7 {
-			f := swar.Eq(swar.Load(s[i-7:i+1]), '"')
+	c := q[1]
+	i := len(s) - 1 // s[i+1:] holds no q[1] of a start of q
+	for i >= 1 {
+		if i >= 8 {
+			f := swar.Eq(swar.Load(s[i-7:i+1]), c)
 			if f == 0 {
 				i -= 8
 				continue
@@ -263,8 +264,8 @@ func lastIndexQuoted(s, q string) int {
 			// lowest): each is checked below.
 			i -= bits.LeadingZeros64(f) >> 3
 		}
-		if s[i] == '"' && i+len(q) <= len(s) && s[i+1] == q[1] && s[i:i+len(q)] == q {
-			return i
+		if s[i] == c && s[i-1] == '"' && i-1+len(q) <= len(s) && s[i-1:i-1+len(q)] == q {
+			return i - 1
 		}
 		i--
 	}
