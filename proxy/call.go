@@ -60,6 +60,9 @@ type call struct {
 	estMoney         int64 // the reserved money estimate, micro-dollars
 	images           int64 // images asked for (images route)
 
+	messages   []string  // the chat messages' raw elements, as routeChecks went through them
+	messageBuf [8]string // their first storage
+
 	decision  limits.Decision
 	hold      *limits.Hold
 	anomalies []string
@@ -280,6 +283,7 @@ func (c *call) routeChecks() *apiError {
 		}
 		n := 0
 		var bad *apiError
+		c.messages = c.messageBuf[:0]
 		jsonscan.EachElem(msgs.Raw, func(m string) bool {
 			if jsonscan.Kind(m) != '{' {
 				bad = invalidRequest("messages", "each message must be an object")
@@ -304,6 +308,7 @@ func (c *call) routeChecks() *apiError {
 				}
 			}
 			n++
+			c.messages = append(c.messages, m)
 			return n <= maxMessages
 		})
 		if bad != nil {
@@ -379,7 +384,7 @@ func (c *call) count(eps []*tasks.Endpoint) *apiError {
 		if !c.top.dups && sameBytes(c.body, c.raw) {
 			// The fields as read in place from this very body: trim does
 			// not read the top level again.
-			opt.Fields = trim.Fields{Known: true, Messages: c.top.messages.Raw, Tools: c.top.tools.Raw, Functions: c.top.functions.Raw}
+			opt.Fields = trim.Fields{Known: true, Messages: c.top.messages.Raw, Tools: c.top.tools.Raw, Functions: c.top.functions.Raw, MessageList: c.messages}
 		}
 		res, err := trim.Chat(c.body, budgets, opt)
 		if err != nil {

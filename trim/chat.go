@@ -36,6 +36,10 @@ type Options struct {
 type Fields struct {
 	Known                      bool
 	Messages, Tools, Functions string
+	// MessageList, when not nil, is Messages's elements in order, as
+	// jsonscan.EachElem gives them (the caller went through them already),
+	// so that Chat does not go through the array again.
+	MessageList []string
 }
 
 // Result is a chat body fitted to its budgets.
@@ -150,14 +154,25 @@ func parseBody(js string, known Fields) (parsedBody, error) {
 	if jsonscan.Kind(msgsRaw) != '[' {
 		return p, invalid("messages", "must be an array")
 	}
-	p.msgs = make([]message, 0, 4) // most calls send a few messages
 	var err error
-	ok := jsonscan.EachElem(msgsRaw, func(m string) bool {
+	add := func(m string) bool {
 		var msg message
 		msg, err = parseMessage(m, len(p.msgs))
 		p.msgs = append(p.msgs, msg)
 		return err == nil
-	})
+	}
+	ok := true
+	if list := known.MessageList; known.Known && list != nil {
+		p.msgs = make([]message, 0, len(list))
+		for _, m := range list {
+			if !add(m) {
+				break
+			}
+		}
+	} else {
+		p.msgs = make([]message, 0, 4) // most calls send a few messages
+		ok = jsonscan.EachElem(msgsRaw, add)
+	}
 	if err != nil {
 		return p, err
 	}

@@ -614,7 +614,7 @@ func knownFields(body []byte) (Fields, bool) {
 }
 
 // chatAgrees checks that Chat gives the same with the fields a caller read
-// as when it reads them itself.
+// as when it reads them itself, with and without the messages' elements.
 func chatAgrees(t *testing.T, body []byte, budgets []Budget, opt Options) {
 	t.Helper()
 	f, ok := knownFields(body)
@@ -622,11 +622,21 @@ func chatAgrees(t *testing.T, body []byte, budgets []Budget, opt Options) {
 		return
 	}
 	want, wantErr := Chat(body, budgets, opt)
-	opt.Fields = f
-	got, gotErr := Chat(body, budgets, opt)
-	if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !bytes.Equal(got.Body, want.Body) ||
-		got.Dropped != want.Dropped || got.PromptTokens != want.PromptTokens || got.Counted != want.Counted || got.Cut != want.Cut {
-		t.Errorf("%.200s: with known fields %+v, %v; reading them %+v, %v", body, got, gotErr, want, wantErr)
+	withList := f
+	if m := gjson.Parse(f.Messages); m.IsArray() {
+		withList.MessageList = []string{}
+		m.ForEach(func(_, v gjson.Result) bool {
+			withList.MessageList = append(withList.MessageList, v.Raw)
+			return true
+		})
+	}
+	for _, known := range []Fields{f, withList} {
+		opt.Fields = known
+		got, gotErr := Chat(body, budgets, opt)
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !bytes.Equal(got.Body, want.Body) ||
+			got.Dropped != want.Dropped || got.PromptTokens != want.PromptTokens || got.Counted != want.Counted || got.Cut != want.Cut {
+			t.Errorf("%.200s: with known fields (%d listed messages) %+v, %v; reading them %+v, %v", body, len(known.MessageList), got, gotErr, want, wantErr)
+		}
 	}
 }
 
