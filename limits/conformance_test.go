@@ -1,8 +1,10 @@
 package limits
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,6 +56,7 @@ var conformanceCases = []conformanceCase{
 	{"thresholds claimed once", testThresholdsOnce},
 	{"flags auto-block", testAutoBlock},
 	{"events capped newest first", testEvents},
+	{"a settlement's events, encoded or not", testSettleEvents},
 	{"exactly N of M requests", testExactRequests},
 	{"money never passed", testMoneyNeverPassed},
 }
@@ -572,6 +575,40 @@ func testAutoBlock(t *testing.T, open func() Store) {
 	}
 	if len(evs) != 3 || evs[0].Kind != "block" || evs[1].Kind != "flag" || evs[1].RequestID != "r2" || evs[2].RequestID != "r1" || evs[1].Task != task.Key {
 		t.Fatalf("events %+v", evs)
+	}
+}
+
+// testSettleEvents: a settlement's events reach their logs, an Encoded one
+// byte for byte, the others encoded, and an event of another task the
+// other task's log.
+func testSettleEvents(t *testing.T, open func() Store) {
+	st := open()
+	l := New(Options{Store: st})
+	task := newTask("settle.ev", lim(tS, req, pDay, 10))
+	at := time.Date(2026, 7, 1, 9, 0, 0, 0, time.UTC)
+	call := []byte(`{"time":"2026-07-01T09:00:01Z","kind":"call","request_id":"r1","task":"settle.ev","user":"u","source":"s","detail":{"key":"k"}}`)
+	d := mustReserve(t, l, Call{Task: task, User: "u", RequestID: "r1"})
+	mustSettle(t, l, d.Hold, Outcome{Events: []Event{
+		{Time: at, Kind: "anomaly", User: "u", Detail: map[string]any{"source": "x"}},
+		{Kind: "call", User: "u", Encoded: call},
+		{Time: at, Kind: "anomaly", User: "u", Detail: map[string]any{"n": 2}},
+		{Time: at, Kind: "flag", Task: "settle.other", User: "u"},
+	}})
+	calls, err := st.events(bg, task.Key, logCalls)
+	if err != nil || len(calls) != 1 || !bytes.Equal(calls[0], call) {
+		t.Fatalf("call log %q, %v; want the encoded event", calls, err)
+	}
+	signals, err := l.Events(bg, EventFilter{Tasks: []string{task.Key}, Kind: "anomaly"})
+	if err != nil || len(signals) != 2 || signals[0].RequestID != "r1" || signals[0].Task != task.Key {
+		t.Fatalf("anomalies %+v, %v", signals, err)
+	}
+	details := fmt.Sprint(signals[0].Detail, signals[1].Detail)
+	if !strings.Contains(details, "source:x") || !strings.Contains(details, "n:2") {
+		t.Errorf("anomalies' details %s", details)
+	}
+	other, err := l.Events(bg, EventFilter{Tasks: []string{"settle.other"}})
+	if err != nil || len(other) != 1 || other[0].Kind != "flag" || other[0].RequestID != "r1" {
+		t.Errorf("other task's events %+v, %v", other, err)
 	}
 }
 

@@ -120,7 +120,8 @@ type Event struct {
 	Detail    map[string]any `json:"detail"`
 	// Encoded, when not nil, is the whole event already encoded as a JSON
 	// object, stored as it is (Detail is then not used); the fields above
-	// must agree with it, for they decide where it is stored.
+	// must agree with it, for they decide where it is stored. Settle keeps
+	// it, not a copy, until the settlement is written: it must not change.
 	Encoded []byte `json:"-"`
 }
 
@@ -635,18 +636,12 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 }
 
 // encodeEvents encodes the events of a settlement: those of the hold's
-// task as JSON for its two logs (events and calls, slices of one buffer),
-// and those of other tasks left as they are.
+// task as JSON for its two logs (events and calls: each an Encoded event
+// as it is, the others slices of one buffer), and those of other tasks
+// left as they are.
 func (l *Limiter) encodeEvents(h *Hold, evs []Event, now time.Time) (events, calls [][]byte, other []Event, err error) {
-	if len(evs) == 0 {
-		return nil, nil, nil, nil
-	}
 	t := h.task
-	var ends [8]int
-	var isCall [8]bool
-	kinds := isCall[:0]
-	cut := ends[:0]
-	buf := make([]byte, 0, 640*len(evs))
+	var buf []byte // made for the first event that is not Encoded
 	for _, ev := range evs {
 		ev = l.fillEvent(ev, now)
 		if ev.Task == "" {
@@ -659,20 +654,22 @@ func (l *Limiter) encodeEvents(h *Hold, evs []Event, now time.Time) (events, cal
 			other = append(other, ev)
 			continue
 		}
-		if buf, err = appendEvent(buf, &ev); err != nil {
-			return nil, nil, nil, fmt.Errorf("encode event: %w", err)
+		js := ev.Encoded[:len(ev.Encoded):len(ev.Encoded)]
+		if ev.Encoded == nil {
+			if buf == nil {
+				buf = make([]byte, 0, 640*len(evs))
+			}
+			start := len(buf)
+			if buf, err = appendEvent(buf, &ev); err != nil {
+				return nil, nil, nil, fmt.Errorf("encode event: %w", err)
+			}
+			js = buf[start:len(buf):len(buf)] // earlier slices keep the bytes they hold if buf grows
 		}
-		cut = append(cut, len(buf))
-		kinds = append(kinds, logOf(ev.Kind) == logCalls)
-	}
-	start := 0
-	for i, end := range cut {
-		if kinds[i] {
-			calls = append(calls, buf[start:end:end])
+		if logOf(ev.Kind) == logCalls {
+			calls = append(calls, js)
 		} else {
-			events = append(events, buf[start:end:end])
+			events = append(events, js)
 		}
-		start = end
 	}
 	return events, calls, other, nil
 }
