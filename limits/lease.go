@@ -470,7 +470,7 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 // left, and its decision shows the windows as the lease found them plus
 // what the lease's calls have used so far.
 func (l *Limiter) admit(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, ls *lease) Decision {
-	rep := reserveReply{status: statusOK, windows: make([]winState, len(ls.base))}
+	rep := reserveReply{status: statusOK, windows: make([]winState, len(ls.base)), lease: ls}
 	used := [3]int64{ls.usedReqs, ls.usedTokens, ls.usedMoney}
 	for i, w := range ls.base {
 		w.used += w.reserved + used[winUnit(w.idx)]
@@ -481,9 +481,7 @@ func (l *Limiter) admit(c *Call, now time.Time, pw *[nPeriods]periodWin, op *res
 	ls.usedTokens += op.tokens
 	ls.usedMoney += op.money
 	ls.inflight++
-	d := l.decide(c, now, pw, op, &rep, false)
-	d.Hold.lease = ls
-	return d
+	return l.decide(c, now, pw, op, &rep, false)
 }
 
 // settleLeased settles a call served from a lease: its actual usage

@@ -513,14 +513,18 @@ func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *re
 	}
 	h.task, h.user, h.requestID, h.id = c.Task, c.User, c.RequestID, op.holdID
 	h.tokens, h.money, h.estimate, h.local = op.tokens, op.money, c.Estimate, local
-	if len(rep.windows) <= len(h.winsBuf) {
-		h.wins = h.winsBuf[:len(rep.windows)]
-	} else {
-		h.wins = make([]holdWin, len(rep.windows))
-	}
-	for i, w := range rep.windows {
-		p := winPeriod(w.idx)
-		h.wins[i] = holdWin{idx: w.idx, limit: w.limit, stamp: pw[p].stamp, end: pw[p].end, override: w.override}
+	// A call served from a lease is settled into the lease, never window
+	// by window: its hold keeps no windows.
+	if h.lease = rep.lease; h.lease == nil {
+		if len(rep.windows) <= len(h.winsBuf) {
+			h.wins = h.winsBuf[:len(rep.windows)]
+		} else {
+			h.wins = make([]holdWin, len(rep.windows))
+		}
+		for i, w := range rep.windows {
+			p := winPeriod(w.idx)
+			h.wins[i] = holdWin{idx: w.idx, limit: w.limit, stamp: pw[p].stamp, end: pw[p].end, override: w.override}
+		}
 	}
 	if local {
 		l.localHolds.Add(1)

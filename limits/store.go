@@ -222,6 +222,7 @@ type reserveReply struct {
 	block   []byte // the block's JSON when blocked
 	calls   int64  // sliding-hour calls including this one (when op.cph)
 	windows []winState
+	lease   *lease // the lease admitting the call (a reply made by admit), or nil
 }
 
 const (
