@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"taskgate/guard"
+	"taskgate/internal/jsonscan"
 )
 
 // streamState is what the relay keeps between events.
@@ -93,23 +94,32 @@ func (c *call) inspect(st *streamState, name, data []byte) ([]byte, bool) {
 	}
 	// One pass over the chunk's top level, read in place: the strings
 	// found alias data and are copied (WriteString) before data is reused.
-	var usage, choices gjson.Result
-	gjson.Parse(unsafe.String(unsafe.SliceData(data), len(data))).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "usage":
+	var usage, choices string // raw values; the last of duplicate names counts
+	jsonscan.EachField(unsafe.String(unsafe.SliceData(data), len(data)), func(k, v string) bool {
+		switch {
+		case jsonscan.KeyIs(k, "usage"):
 			usage = v
-		case "choices":
+		case jsonscan.KeyIs(k, "choices"):
 			choices = v
 		}
 		return true
 	})
+	// The first choice, where the text is.
+	var first string
+	if jsonscan.Kind(choices) == '[' {
+		jsonscan.EachElem(choices, func(v string) bool {
+			first = v
+			return false
+		})
+	}
 	var changed []byte
-	if usage.IsObject() {
-		c.in = usage.Get("prompt_tokens").Int()
-		c.out = usage.Get("completion_tokens").Int()
+	if jsonscan.Kind(usage) == '{' {
+		in, _, _ := jsonscan.Field(usage, "prompt_tokens")
+		out, _, _ := jsonscan.Field(usage, "completion_tokens")
+		c.in, c.out = jsonscan.Int(in), jsonscan.Int(out)
 		c.haveUsage = true
 		if !c.clientWantsUsage {
-			if !choices.IsArray() || choices.Raw == "[]" {
+			if first == "" {
 				return nil, true // the usage chunk the gateway asked for
 			}
 			if b, err := sjson.DeleteBytes(data, "usage"); err == nil {
@@ -117,12 +127,18 @@ func (c *call) inspect(st *streamState, name, data []byte) ([]byte, bool) {
 			}
 		}
 	}
-	path := "0.delta.content"
-	if c.rt == routeCompletions {
-		path = "0.text"
+	text := first
+	if c.rt != routeCompletions {
+		text, _, _ = jsonscan.Field(first, "delta")
 	}
-	if t := choices.Get(path); t.Type == gjson.String {
-		st.text.WriteString(t.Str)
+	if text != "" {
+		name := "content"
+		if c.rt == routeCompletions {
+			name = "text"
+		}
+		if t, _, _ := jsonscan.Field(text, name); jsonscan.Kind(t) == '"' {
+			st.text.WriteString(jsonscan.Str(t))
+		}
 	}
 	if st.chatStrip != nil {
 		src := data
