@@ -127,18 +127,14 @@ func (c *call) inspect(st *streamState, name, data []byte) ([]byte, bool) {
 			}
 		}
 	}
-	text := first
+	// The text: the first choice's delta.content (completions: its text).
+	holder, key := first, "text"
 	if c.rt != routeCompletions {
-		text, _, _ = jsonscan.Field(first, "delta")
+		holder, _, _ = jsonscan.Field(first, "delta")
+		key = "content"
 	}
-	if text != "" {
-		name := "content"
-		if c.rt == routeCompletions {
-			name = "text"
-		}
-		if t, _, _ := jsonscan.Field(text, name); jsonscan.Kind(t) == '"' {
-			st.text.WriteString(jsonscan.Str(t))
-		}
+	if t, _, _ := jsonscan.Field(holder, key); jsonscan.Kind(t) == '"' {
+		st.text.WriteString(jsonscan.Str(t))
 	}
 	if st.chatStrip != nil {
 		src := data
