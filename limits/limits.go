@@ -163,12 +163,11 @@ type Hold struct {
 	lease     *lease // the lease that served the call, if one did
 	settled   atomic.Bool
 
-	// Storage for the decision that made the hold, so that an admitted call
-	// allocates once: its Requests and Tokens, its TaskRatios and wins
-	// (when there are few enough windows).
-	trios   [2]Trio
-	ratios  [6]Ratio
-	winsBuf [8]holdWin
+	// Storage for the decision that made the hold, so that a call served
+	// from a lease (its hold keeps no windows) allocates once: its Requests
+	// and Tokens and its TaskRatios.
+	trios  [2]Trio
+	ratios [6]Ratio
 }
 
 type holdWin struct {
@@ -516,11 +515,7 @@ func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *re
 	// A call served from a lease is settled into the lease, never window
 	// by window: its hold keeps no windows.
 	if h.lease = rep.lease; h.lease == nil {
-		if len(rep.windows) <= len(h.winsBuf) {
-			h.wins = h.winsBuf[:len(rep.windows)]
-		} else {
-			h.wins = make([]holdWin, len(rep.windows))
-		}
+		h.wins = make([]holdWin, len(rep.windows))
 		for i, w := range rep.windows {
 			p := winPeriod(w.idx)
 			h.wins[i] = holdWin{idx: w.idx, limit: w.limit, stamp: pw[p].stamp, end: pw[p].end, override: w.override}
