@@ -28,28 +28,41 @@ var heldConfig = strings.NewReplacer("timeout: 3s", "timeout: 20s", "idle_timeou
 
 // goroutinesIn counts the goroutines whose stack has a frame containing fn.
 func goroutinesIn(fn string) int {
-	var b bytes.Buffer
-	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-	n := 0
-	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, fn) {
-			n++
-		}
-	}
+	n, _ := goroutineStacks(fn)
 	return n
 }
 
-// relayGoroutinesSettle is how many goroutines are inside the relay once
-// the last streams to park have left it: a stream counts as parked just
-// before its goroutine returns, so the count is taken again for up to
-// 300 ms (a stream's next event comes a second later).
-func relayGoroutinesSettle() int {
-	g := goroutinesIn("proxy.(*streamRelay)")
-	for deadline := time.Now().Add(300 * time.Millisecond); g != 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		g = goroutinesIn("proxy.(*streamRelay)")
+// goroutineStacks is how many goroutines have fn on their stack, and the
+// first one's stack.
+func goroutineStacks(fn string) (int, string) {
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	n, first := 0, ""
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, fn) {
+			if n == 0 {
+				first = g
+			}
+			n++
+		}
 	}
-	return g
+	return n, first
+}
+
+// relayGoroutinesSettle is how many goroutines are inside the relay once
+// the last streams to park have left it (and the first one's stack): a
+// stream counts as parked just before its goroutine returns, and under
+// load (CI runs the packages' race tests side by side on two cores) a
+// goroutine may wait long to run again, so the count is taken again for up
+// to 900 ms (a stream's next event comes a second after its first, its
+// end two seconds after).
+func relayGoroutinesSettle() (int, string) {
+	g, stack := goroutineStacks("proxy.(*streamRelay)")
+	for deadline := time.Now().Add(900 * time.Millisecond); g != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		g, stack = goroutineStacks("proxy.(*streamRelay)")
+	}
+	return g, stack
 }
 
 // TestHeldStreamsWaitWithoutAGoroutine opens streams whose upstream pauses
@@ -106,8 +119,8 @@ func TestHeldStreamsWaitWithoutAGoroutine(t *testing.T) {
 	}
 	started.Wait()
 	waitFor(t, "every stream to wait in the poller", func() bool { return proxy.ParkedStreams() >= n })
-	if g := relayGoroutinesSettle(); g != 0 {
-		t.Errorf("%d goroutines inside the relay while every stream waits", g)
+	if g, stack := relayGoroutinesSettle(); g != 0 {
+		t.Errorf("%d goroutines inside the relay while every stream waits; the first:\n%s", g, stack)
 	}
 	if g := goroutinesIn("fasthttp.(*Server).serveConn"); g > n/4 {
 		t.Errorf("%d connection goroutines for %d waiting streams", g, n)
@@ -167,8 +180,8 @@ func TestHeldTLSStreamsWaitWithoutAGoroutine(t *testing.T) {
 	}
 	started.Wait()
 	waitFor(t, "every TLS stream to wait in the poller", func() bool { return proxy.ParkedStreams() >= n })
-	if g := relayGoroutinesSettle(); g != 0 {
-		t.Errorf("%d goroutines inside the relay while every stream waits", g)
+	if g, stack := relayGoroutinesSettle(); g != 0 {
+		t.Errorf("%d goroutines inside the relay while every stream waits; the first:\n%s", g, stack)
 	}
 	done.Wait()
 	checkSettled(t, e, "rel.single")
