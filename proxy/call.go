@@ -60,8 +60,9 @@ type call struct {
 	estMoney         int64 // the reserved money estimate, micro-dollars
 	images           int64 // images asked for (images route)
 
-	messages   []string  // the chat messages' raw elements, as routeChecks went through them
-	messageBuf [8]string // their first storage
+	messages    []string     // the chat messages' raw elements, as routeChecks went through them
+	messageBuf  [8]string    // their first storage
+	endpointBuf [4]*upstream // c.endpoints' first storage
 
 	decision  limits.Decision
 	hold      *limits.Hold
@@ -162,7 +163,7 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	if c.needs&tasks.JSON != 0 && eps[0].Capabilities&tasks.JSON == 0 {
 		c.s.m.SoftNeedsUnmet.WithLabelValues(c.task.Key, config.NeedJSON).Inc()
 	}
-	c.endpoints = make([]*upstream, 0, len(eps))
+	c.endpoints = c.endpointBuf[:0] // appends past it allocate
 	for _, ep := range eps {
 		if up := c.st.upstreams[ep.Name]; up != nil {
 			c.endpoints = append(c.endpoints, up)
@@ -365,7 +366,12 @@ func (c *call) routeChecks() *apiError {
 // prompt; other routes are counted only.
 func (c *call) count(eps []*tasks.Endpoint) *apiError {
 	if c.rt == routeChat {
-		budgets := make([]trim.Budget, len(eps))
+		var budgetBuf [4]trim.Budget // most tasks have a few endpoints
+		budgets := budgetBuf[:0]
+		if len(eps) > len(budgetBuf) {
+			budgets = make([]trim.Budget, 0, len(eps))
+		}
+		budgets = budgets[:len(eps)]
 		for i, ep := range eps {
 			reserve := int64(c.task.Trim.ReserveOutput)
 			if c.maxOut > 0 {

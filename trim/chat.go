@@ -68,7 +68,12 @@ func Chat(body []byte, budgets []Budget, opt Options) (Result, error) {
 	}
 	msgs, tools := p.msgs, p.tools
 
-	cs := make([]counter, len(budgets))
+	var csBuf [4]counter // most calls have a few budgets
+	cs := csBuf[:0]
+	if len(budgets) > len(csBuf) {
+		cs = make([]counter, 0, len(budgets))
+	}
+	cs = cs[:len(budgets)]
 	for i, b := range budgets {
 		if cs[i], err = getCounter(b.Tokenizer); err != nil {
 			return Result{}, err
