@@ -138,7 +138,7 @@ func (sc *leaseScope) endLocked(ls *lease) bool {
 
 // checkOp returns the check of a call of the scope (fields built once per
 // scope and block group).
-func (sc *leaseScope) checkOp(op *reserveOp) *checkOp {
+func (sc *leaseScope) checkOp(op *reserveOp) checkOp {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.check.fields == nil || sc.check.group != op.group {
@@ -147,7 +147,7 @@ func (sc *leaseScope) checkOp(op *reserveOp) *checkOp {
 	}
 	c := sc.check
 	c.now = op.now
-	return &c
+	return c
 }
 
 // noteCall counts a call of the scope and reports whether the scope is
@@ -221,7 +221,8 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 	sc.mu.Lock()
 	hot := sc.noteCall(now)
 	sc.mu.Unlock()
-	var chk *checkReply // read once a call
+	var chk checkReply // read once a call (a value: a pointer to it would move it to the heap)
+	checked := false
 	for try := 0; try < 3; try++ {
 		sc.mu.Lock()
 		ls := sc.cur
@@ -273,7 +274,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 		if ls == nil && !grant {
 			return Decision{}, false, nil
 		}
-		if chk == nil {
+		if !checked {
 			rep, err := l.store.check(ctx, sc.checkOp(op))
 			if err != nil || rep.block != nil {
 				if grant {
@@ -282,9 +283,9 @@ func (l *Limiter) reserveLeased(ctx context.Context, c *Call, now time.Time, pw 
 				if err != nil {
 					return Decision{}, false, err
 				}
-				return l.decide(c, now, pw, op, &reserveReply{status: statusBlocked, block: rep.block}, false), true, nil
+				return l.decide(c, now, pw, op, &reserveReply{status: statusBlocked, block: rep.block}, nil, false), true, nil
 			}
-			chk = &rep
+			chk, checked = rep, true
 		}
 		if grant {
 			d, handled, err := l.grant(ctx, c, now, pw, op, sc, chk.version)
@@ -431,7 +432,9 @@ func (l *Limiter) reserveLease(ctx context.Context, now, start time.Time, pw *[n
 // made for c's task and user.
 func (l *Limiter) newLease(c *Call, now, start time.Time, pw *[nPeriods]periodWin, op, gop *reserveOp, rep *reserveReply, sc *leaseScope, version int64) *lease {
 	sc.noteRoom(gop, rep, true)
-	gd := l.decide(c, now, pw, gop, rep, false)
+	lc := *c
+	lc.HoldSpace = nil // the lease's hold is its own, not the call's
+	gd := l.decide(&lc, now, pw, gop, rep, nil, false)
 	l.startSweep()
 	return &lease{
 		sc: sc, hold: gd.Hold, version: version, minute: op.stamps[0], until: start.Add(leaseLife),
@@ -450,7 +453,7 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 	defer sc.mu.Unlock()
 	switch rep.status {
 	case statusBlocked:
-		return l.decide(c, now, pw, op, &rep, false), true, nil
+		return l.decide(c, now, pw, op, &rep, nil, false), true, nil
 	case statusRefused:
 		sc.noteRoom(&gop, &rep, false)
 		return Decision{}, false, nil
@@ -470,7 +473,12 @@ func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPerio
 // left, and its decision shows the windows as the lease found them plus
 // what the lease's calls have used so far.
 func (l *Limiter) admit(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, ls *lease) Decision {
-	rep := reserveReply{status: statusOK, windows: make([]winState, len(ls.base)), lease: ls}
+	var wins [nWindows]winState // on the stack: decide keeps none of them
+	rep := reserveReply{status: statusOK, windows: wins[:0]}
+	if len(ls.base) > len(wins) {
+		rep.windows = make([]winState, 0, len(ls.base)) // not reached: a window appears once
+	}
+	rep.windows = rep.windows[:len(ls.base)]
 	used := [3]int64{ls.usedReqs, ls.usedTokens, ls.usedMoney}
 	for i, w := range ls.base {
 		w.used += w.reserved + used[winUnit(w.idx)]
@@ -481,7 +489,7 @@ func (l *Limiter) admit(c *Call, now time.Time, pw *[nPeriods]periodWin, op *res
 	ls.usedTokens += op.tokens
 	ls.usedMoney += op.money
 	ls.inflight++
-	return l.decide(c, now, pw, op, &rep, false)
+	return l.decide(c, now, pw, op, &rep, ls, false)
 }
 
 // settleLeased settles a call served from a lease: its actual usage

@@ -55,7 +55,14 @@ func TestLeaseCountsEveryCallExactly(t *testing.T) {
 			waitMirror(t, s, true)
 			trips0 = s.RoundTrips()
 		}
-		d := mustReserve(t, l, Call{Task: task, User: "ann", Estimate: Usage{InputTokens: 20, OutputTokens: 100, Money: 90}})
+		var space *Hold
+		if i%2 == 1 {
+			space = new(Hold) // half the calls give their hold's storage
+		}
+		d := mustReserve(t, l, Call{Task: task, User: "ann", Estimate: Usage{InputTokens: 20, OutputTokens: 100, Money: 90}, HoldSpace: space})
+		if space != nil && d.Hold != space {
+			t.Fatalf("call %d: the hold is not made in the HoldSpace given", i)
+		}
 		if d.Hold.lease != nil {
 			leased++
 		}

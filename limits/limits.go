@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -48,6 +49,9 @@ type Call struct {
 	Estimate  Usage         // reserved now; requests always 1
 	Lease     time.Duration // how long the hold lives if never settled (0: DefaultLease)
 	Now       time.Time     // zero: the Limiter's clock
+	// HoldSpace, if not nil, is a zero Hold that the call's hold is made
+	// in, saving an allocation; it must not be used for another call.
+	HoldSpace *Hold
 }
 
 // Window names one counting window and when it ends (the next calendar
@@ -349,11 +353,6 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 	for i := range pw {
 		op.stamps[i] = pw[i].stamp
 	}
-	var (
-		rep   reserveReply
-		err   error
-		local bool
-	)
 	leasable := l.leasable(&op)
 	if leasable {
 		d, handled, err := l.reserveLeased(ctx, &c, now, pw, &op)
@@ -367,6 +366,18 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 			}
 		}
 	}
+	return l.reserveOwn(ctx, &c, now, pw, op, leasable)
+}
+
+// reserveOwn reserves a call on its own, not from a lease. It takes op by
+// value: the store keeps a pointer to it, which moves it to the heap, and
+// this way only these calls pay for that, not those served from a lease.
+func (l *Limiter) reserveOwn(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op reserveOp, leasable bool) (Decision, error) {
+	var (
+		rep   reserveReply
+		err   error
+		local bool
+	)
 	// A call reserved on its own has a hold of its own (one served from a
 	// lease shares the lease's).
 	op.holdID = l.holdID("")
@@ -391,7 +402,7 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 		sc.noteRoom(&op, &rep, rep.status == statusOK)
 		sc.mu.Unlock()
 	}
-	return l.decide(&c, now, pw, &op, &rep, local), nil
+	return l.decide(c, now, pw, &op, &rep, nil, local), nil
 }
 
 // storeFailed handles a store error of Reserve: the error to return, or
@@ -419,12 +430,17 @@ func (l *Limiter) reserveLocal(ctx context.Context, op *reserveOp) (reserveReply
 	return rep, true, err
 }
 
-// decide turns a store's reply into a Decision (and a Hold).
-func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, rep *reserveReply, local bool) Decision {
+// decide turns a store's reply into a Decision (and a Hold); ls is the
+// lease that admitted the call (a reply made by admit), or nil. (Not a
+// field of the reply: the hold keeps it, and escape analysis would then
+// move the reply's windows to the heap too.)
+func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, rep *reserveReply, ls *lease, local bool) Decision {
 	var d Decision
 	if rep.status == statusBlocked {
 		var b Block
-		if err := json.Unmarshal(rep.block, &b); err != nil {
+		// A copy: rep.block given to Unmarshal would move every reply to
+		// the heap, and admit's windows with it.
+		if err := json.Unmarshal(bytes.Clone(rep.block), &b); err != nil {
 			b = Block{User: c.User, Group: op.group, Reason: "blocked"}
 		}
 		d.Blocked = &b
@@ -440,9 +456,11 @@ func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *re
 			nTask++
 		}
 	}
-	var h *Hold // allocated now, for the storage the decision uses
+	var h *Hold // made now, for the storage the decision uses
 	if allowed {
-		h = new(Hold)
+		if h = c.HoldSpace; h == nil {
+			h = new(Hold)
+		}
 	}
 	if nTask > 0 {
 		if h != nil && nTask <= len(h.ratios) {
@@ -514,7 +532,7 @@ func (l *Limiter) decide(c *Call, now time.Time, pw *[nPeriods]periodWin, op *re
 	h.tokens, h.money, h.estimate, h.local = op.tokens, op.money, c.Estimate, local
 	// A call served from a lease is settled into the lease, never window
 	// by window: its hold keeps no windows.
-	if h.lease = rep.lease; h.lease == nil {
+	if h.lease = ls; h.lease == nil {
 		h.wins = make([]holdWin, len(rep.windows))
 		for i, w := range rep.windows {
 			p := winPeriod(w.idx)

@@ -378,7 +378,7 @@ func (s *memoryStore) clearOverrides(_ context.Context, task string) error {
 	return nil
 }
 
-func (s *memoryStore) check(_ context.Context, op *checkOp) (checkReply, error) {
+func (s *memoryStore) check(_ context.Context, op checkOp) (checkReply, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rep := checkReply{version: s.ovVer[op.task]}

@@ -33,7 +33,7 @@ func mirrorStores(t *testing.T, url, prefix string, n int) []*RedisStore {
 func waitMirror(t *testing.T, s *RedisStore, ready bool) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("the mirror's readiness to become %v", ready), func() bool {
-		_, _ = s.check(bg, &checkOp{task: "t", now: time.Now().UnixMilli()})
+		_, _ = s.check(bg, checkOp{task: "t", now: time.Now().UnixMilli()})
 		return s.mirror.ready.Load() == ready
 	})
 }
@@ -62,7 +62,7 @@ func checkNow(t *testing.T, s *RedisStore, op checkOp) (checkReply, bool) {
 	t.Helper()
 	op.now = time.Now().UnixMilli()
 	n0 := s.RoundTrips()
-	rep, err := s.check(bg, &op)
+	rep, err := s.check(bg, op)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -448,9 +448,9 @@ func (s *RedisStore) bumpVersion(ctx context.Context, task string) error {
 
 // check answers from the blocks mirror when it is ready, or reads, in one
 // command, the blocks of op's user and the version of its task's overrides.
-func (s *RedisStore) check(ctx context.Context, op *checkOp) (checkReply, error) {
+func (s *RedisStore) check(ctx context.Context, op checkOp) (checkReply, error) {
 	if s.mirror != nil {
-		if rep, ok := s.mirror.check(op); ok {
+		if rep, ok := s.mirror.check(&op); ok {
 			return rep, nil
 		}
 	}

@@ -21,7 +21,7 @@ type Store interface {
 	Close() error
 
 	reserve(ctx context.Context, op *reserveOp) (reserveReply, error)
-	check(ctx context.Context, op *checkOp) (checkReply, error)
+	check(ctx context.Context, op checkOp) (checkReply, error)
 	settle(ctx context.Context, op *settleOp) (settleReply, error)
 	overrides(ctx context.Context, task string) (map[int]int64, error)
 	setOverrides(ctx context.Context, task string, vals map[int]int64) error
@@ -222,7 +222,6 @@ type reserveReply struct {
 	block   []byte // the block's JSON when blocked
 	calls   int64  // sliding-hour calls including this one (when op.cph)
 	windows []winState
-	lease   *lease // the lease admitting the call (a reply made by admit), or nil
 }
 
 const (

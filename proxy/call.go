@@ -66,6 +66,7 @@ type call struct {
 
 	decision  limits.Decision
 	hold      *limits.Hold
+	holdSpace limits.Hold // where Reserve makes hold (a call reserves once)
 	anomalies []string
 	events    []limits.Event
 	eventBuf  [1]limits.Event // events' first storage: most calls have one event
@@ -109,19 +110,19 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	if e := c.top.readChecked(body, c.rt.fieldNeeds); e != nil {
 		return e
 	}
-	m := c.top.model
+	m := c.top.model.result()
 	if m.Exists() && m.Type != gjson.String {
 		return invalidRequest("model", "model must be a string")
 	}
 	c.model = strings.Clone(m.Str) // m.Str may view the request body, which fasthttp reuses
-	if st := c.top.stream; st.Exists() {
+	if st := c.top.stream.result(); st.Exists() {
 		if st.Type != gjson.True && st.Type != gjson.False {
 			return invalidRequest("stream", "stream must be a boolean")
 		}
 		c.stream = st.Type == gjson.True && c.rt.streams
 	}
 	if c.stream {
-		c.clientWantsUsage = c.top.streamOptions.Get("include_usage").Type == gjson.True
+		c.clientWantsUsage = c.top.streamOptions.result().Get("include_usage").Type == gjson.True
 	}
 
 	// Task.
@@ -278,7 +279,7 @@ func (c *call) identifyUser() *apiError {
 func (c *call) routeChecks() *apiError {
 	switch c.rt {
 	case routeChat:
-		msgs := c.top.messages
+		msgs := c.top.messages.result()
 		if !msgs.IsArray() {
 			return invalidRequest("messages", "messages must be an array of message objects")
 		}
@@ -334,12 +335,12 @@ func (c *call) routeChecks() *apiError {
 			return invalidRequest("input", "input is required")
 		}
 	case routeImages:
-		p := c.top.prompt
+		p := c.top.prompt.result()
 		if p.Type != gjson.String {
 			return invalidRequest("prompt", "prompt must be a string")
 		}
 		c.images = 1
-		if n := c.top.n; n.Exists() {
+		if n := c.top.n.result(); n.Exists() {
 			if n.Type != gjson.Number || n.Int() < 1 || n.Int() > 128 {
 				return invalidRequest("n", "n must be an integer from 1 to 128")
 			}
@@ -390,7 +391,7 @@ func (c *call) count(eps []*tasks.Endpoint) *apiError {
 		if !c.top.dups && sameBytes(c.body, c.raw) {
 			// The fields as read in place from this very body: trim does
 			// not read the top level again.
-			opt.Fields = trim.Fields{Known: true, Messages: c.top.messages.Raw, Tools: c.top.tools.Raw, Functions: c.top.functions.Raw, MessageList: c.messages}
+			opt.Fields = trim.Fields{Known: true, Messages: c.top.messages.raw, Tools: c.top.tools.raw, Functions: c.top.functions.raw, MessageList: c.messages}
 		}
 		res, err := trim.Chat(c.body, budgets, opt)
 		if err != nil {
@@ -457,6 +458,7 @@ func (c *call) reserve(eps []*tasks.Endpoint) *apiError {
 	t0 := time.Now()
 	d, err := c.s.lim.Reserve(context.Background(), limits.Call{
 		RequestID: c.id, Task: c.task, User: c.user, Estimate: est, Lease: lease, Now: c.start,
+		HoldSpace: &c.holdSpace,
 	})
 	c.s.mc.reserveDur.Observe(time.Since(t0).Seconds())
 	if err != nil {
@@ -637,13 +639,13 @@ func sameBytes(a, b []byte) bool {
 }
 
 // setModel replaces the body's model with the endpoint's. at is the model
-// as topFields found it in body (its Index is where its value starts), or
-// a zero Result when body is not the body topFields read (an instruction
+// as topFields found it in body (at is where its value starts), or a zero
+// topField when body is not the body topFields read (an instruction
 // was added, messages were trimmed): the value is then found again.
-func setModel(body []byte, model string, at gjson.Result) []byte {
-	if end := at.Index + len(at.Raw); at.Index > 0 && end <= len(body) && string(body[at.Index:end]) == at.Raw {
-		out := make([]byte, 0, len(body)-len(at.Raw)+len(model)+8)
-		out = append(out, body[:at.Index]...)
+func setModel(body []byte, model string, at topField) []byte {
+	if end := at.at + len(at.raw); at.at > 0 && end <= len(body) && string(body[at.at:end]) == at.raw {
+		out := make([]byte, 0, len(body)-len(at.raw)+len(model)+8)
+		out = append(out, body[:at.at]...)
 		out = jsonstr.Append(out, model)
 		return append(out, body[end:]...)
 	}
@@ -666,9 +668,9 @@ func quote(s string) string {
 // to its end for each absent one. As with gjson.Get, the first of duplicate
 // keys counts.
 type topFields struct {
-	model, stream, streamOptions, messages, input, prompt, previousResponseID, n gjson.Result
-	safetyIdentifier, user, maxCompletionTokens, maxTokens, maxOutputTokens      gjson.Result
-	tools, functions                                                             gjson.Result
+	model, stream, streamOptions, messages, input, prompt, previousResponseID, n topField
+	safetyIdentifier, user, maxCompletionTokens, maxTokens, maxOutputTokens      topField
+	tools, functions                                                             topField
 
 	needs tasks.Needs // what the fields ask for (the route's fieldNeeds; routeChecks adds the chat parts')
 	dups  bool        // a field read here is given more than once
@@ -680,20 +682,15 @@ type topFields struct {
 func (f *topFields) readChecked(body []byte, fieldNeeds func(key string, v gjson.Result) tasks.Needs) *apiError {
 	if validObjectMembers(body, maxJSONDepth, func(rawKey, raw string, at int) {
 		k := jsonscan.Str(rawKey)
-		var v gjson.Result
-		dst := f.field(k)
-		if dst != nil || fieldNeeds != nil {
-			v = resultOf(raw, at)
-		}
-		if dst != nil {
+		if dst := f.field(k); dst != nil {
 			if dst.Exists() {
 				f.dups = true
 			} else {
-				*dst = v
+				*dst = topField{raw: raw, at: at}
 			}
 		}
 		if fieldNeeds != nil {
-			f.needs |= fieldNeeds(k, v)
+			f.needs |= fieldNeeds(k, resultOf(raw, at))
 		}
 	}) {
 		return nil
@@ -728,8 +725,27 @@ func resultOf(raw string, at int) gjson.Result {
 	return r
 }
 
+// topField is a top-level field as read: its raw value and where that
+// begins in the body; raw is "" for a field the body does not have. (A
+// gjson.Result is 80 bytes; the call keeps fifteen of these.)
+type topField struct {
+	raw string
+	at  int
+}
+
+// Exists reports whether the body has the field.
+func (t topField) Exists() bool { return t.raw != "" }
+
+// result is the field as gjson.Get would give it.
+func (t topField) result() gjson.Result {
+	if t.raw == "" {
+		return gjson.Result{}
+	}
+	return resultOf(t.raw, t.at)
+}
+
 // field is where the top-level field name is kept, nil for one not read.
-func (f *topFields) field(name string) *gjson.Result {
+func (f *topFields) field(name string) *topField {
 	switch name {
 	case "model":
 		return &f.model
@@ -769,7 +785,7 @@ func (f *topFields) field(name string) *gjson.Result {
 // absent (TestTopFieldsKeepEveryRouteField checks the routes' names).
 func (f *topFields) get(name string) gjson.Result {
 	if p := f.field(name); p != nil {
-		return *p
+		return p.result()
 	}
 	return gjson.Result{}
 }

@@ -154,7 +154,7 @@ func (c *call) buildRequest(req *fasthttp.Request, up *upstream) {
 	}
 	at := c.top.model
 	if len(c.body) == 0 || !sameBytes(c.body, c.raw) {
-		at = gjson.Result{} // not the body topFields read
+		at = topField{} // not the body topFields read
 	}
 	body := setModel(c.body, up.ep.Model, at)
 	if c.stream {

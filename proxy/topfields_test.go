@@ -85,7 +85,7 @@ func TestSetModelSplicesWhereTopFieldsFoundIt(t *testing.T) {
 	} {
 		var f topFields
 		_ = f.readChecked([]byte(tc.body), nil)
-		if f.model.Exists() && f.model.Index == 0 {
+		if f.model.Exists() && f.model.at == 0 {
 			t.Errorf("%s: the one-pass read gave no place for the model", tc.body)
 		}
 		got := setModel([]byte(tc.body), tc.model, f.model)
