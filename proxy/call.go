@@ -679,20 +679,8 @@ type topFields struct {
 // readChecked checks body as checkBody does (the same error) and, in the
 // same pass, fills f from its top-level members, with the needs fieldNeeds
 // (if any) finds. f is filled only when it returns nil.
-func (f *topFields) readChecked(body []byte, fieldNeeds func(key string, v gjson.Result) tasks.Needs) *apiError {
-	if validObjectMembers(body, maxJSONDepth, func(rawKey, raw string, at int) {
-		k := jsonscan.Str(rawKey)
-		if dst := f.field(k); dst != nil {
-			if dst.Exists() {
-				f.dups = true
-			} else {
-				*dst = topField{raw: raw, at: at}
-			}
-		}
-		if fieldNeeds != nil {
-			f.needs |= fieldNeeds(k, resultOf(raw, at))
-		}
-	}) {
+func (f *topFields) readChecked(body []byte, fieldNeeds fieldNeedsFunc) *apiError {
+	if validObjectInto(body, maxJSONDepth, f, fieldNeeds) {
 		return nil
 	}
 	*f = topFields{}
@@ -724,6 +712,27 @@ func resultOf(raw string, at int) gjson.Result {
 	r.Index = at
 	return r
 }
+
+// member takes one member of the outermost object (raw key with quotes,
+// raw value, the value's offset in the body), with the needs fieldNeeds
+// (if any) finds in it.
+func (f *topFields) member(rawKey, raw string, at int, fieldNeeds fieldNeedsFunc) {
+	k := jsonscan.Str(rawKey)
+	if dst := f.field(k); dst != nil {
+		if dst.Exists() {
+			f.dups = true
+		} else {
+			*dst = topField{raw: raw, at: at}
+		}
+	}
+	if fieldNeeds != nil {
+		f.needs |= fieldNeeds(k, resultOf(raw, at))
+	}
+}
+
+// fieldNeedsFunc tells the needs a top-level field asks for (a route's
+// fieldNeeds).
+type fieldNeedsFunc = func(key string, v gjson.Result) tasks.Needs
 
 // topField is a top-level field as read: its raw value and where that
 // begins in the body; raw is "" for a field the body does not have. (A

@@ -11,14 +11,15 @@ import (
 // JSON object (RFC 8259, surrounding whitespace allowed), valid UTF-8,
 // nesting objects and arrays at most maxDepth deep. checkBody's separate
 // checks then only run to name what is wrong with a body it refuses.
-func validObject(b []byte, maxDepth int) bool { return validObjectMembers(b, maxDepth, nil) }
+func validObject(b []byte, maxDepth int) bool { return validObjectInto(b, maxDepth, nil, nil) }
 
-// validObjectMembers is validObject that also calls member, if not nil,
-// with each member of the outermost object as the pass reads it: its raw
-// key (with quotes), its raw value and the value's offset in b (views of
-// b). When it reports false, the calls made are to be ignored.
-func validObjectMembers(b []byte, maxDepth int, member func(rawKey, raw string, at int)) bool {
-	v := jsonValidator{b: b, maxDepth: maxDepth, member: member}
+// validObjectInto is validObject that also gives top, if not nil, each
+// member of the outermost object as the pass reads it (topFields.member,
+// with fieldNeeds). When it reports false, what top was given is to be
+// ignored. (A typed receiver, not a callback: the validator's recursion
+// would move a callback's closure to the heap on every call.)
+func validObjectInto(b []byte, maxDepth int, top *topFields, fieldNeeds fieldNeedsFunc) bool {
+	v := jsonValidator{b: b, maxDepth: maxDepth, top: top, fieldNeeds: fieldNeeds}
 	i := v.space(0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -33,9 +34,10 @@ func validObjectMembers(b []byte, maxDepth int, member func(rawKey, raw string, 
 // jsonValidator walks one JSON text; each method takes the index to read
 // from and returns the index after what it read, or -1 if it is invalid.
 type jsonValidator struct {
-	b        []byte
-	maxDepth int
-	member   func(rawKey, raw string, at int) // the outermost object's members, or nil
+	b          []byte
+	maxDepth   int
+	top        *topFields // given the outermost object's members, or nil
+	fieldNeeds fieldNeedsFunc
 }
 
 // space skips JSON whitespace.
@@ -86,7 +88,7 @@ func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 	if i < len(v.b) && v.b[i] == close {
 		return i + 1
 	}
-	report := keyed && depth == 1 && v.member != nil
+	report := keyed && depth == 1 && v.top != nil
 	for {
 		ks, ke := i, i
 		if keyed {
@@ -109,7 +111,7 @@ func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 		}
 		if report {
 			js := unsafe.String(unsafe.SliceData(v.b), len(v.b))
-			v.member(js[ks:ke], js[vs:i], vs)
+			v.top.member(js[ks:ke], js[vs:i], vs, v.fieldNeeds)
 		}
 		i = v.space(i)
 		if i >= len(v.b) {
