@@ -138,7 +138,7 @@ func (r *CallRecord) appendCounts(dst []byte) []byte {
 	dst = append(dst, `,"cost":"`...)
 	dst = append(config.AppendMicros(dst, r.CostMicros), '"') // digits, a dot and a sign: nothing to escape
 	dst = append(dst, `,"latency_ms":`...)
-	dst = jsonstr.AppendFloat(dst, r.latencyMS())
+	dst = jsonstr.AppendMilli(dst, r.Latency.Microseconds()) // as AppendFloat(r.latencyMS()), without float formatting
 	dst = append(dst, `,"trimmed":`...)
 	dst = strconv.AppendInt(dst, int64(r.Trimmed), 10)
 	dst = append(dst, `,"flagged":`...)

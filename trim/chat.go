@@ -62,7 +62,8 @@ var ErrContextLength = errors.New("context length exceeded")
 // malformed request is an *InvalidError, a history that cannot fit wraps
 // ErrContextLength.
 func Chat(body []byte, budgets []Budget, opt Options) (Result, error) {
-	p, err := parseBody(bytesString(body), opt.Fields)
+	var msgBuf [8]message // most calls send a few messages
+	p, err := parseBody(bytesString(body), opt.Fields, msgBuf[:0])
 	if err != nil {
 		return Result{}, err
 	}
@@ -132,8 +133,9 @@ type parsedBody struct {
 	arrStart, arrEnd int      // the messages array's bytes
 }
 
-// parseBody reads and checks the messages and tools of a chat body.
-func parseBody(js string, known Fields) (parsedBody, error) {
+// parseBody reads and checks the messages and tools of a chat body; the
+// messages go in buf when they fit.
+func parseBody(js string, known Fields, buf []message) (parsedBody, error) {
 	var p parsedBody
 	msgsRaw, found := "", false
 	if jsonscan.Kind(js[jsonscan.SkipSpace(js, 0):]) != '{' {
@@ -167,15 +169,17 @@ func parseBody(js string, known Fields) (parsedBody, error) {
 		return err == nil
 	}
 	ok := true
+	p.msgs = buf[:0]
 	if list := known.MessageList; known.Known && list != nil {
-		p.msgs = make([]message, 0, len(list))
+		if len(list) > cap(buf) {
+			p.msgs = make([]message, 0, len(list))
+		}
 		for _, m := range list {
 			if !add(m) {
 				break
 			}
 		}
 	} else {
-		p.msgs = make([]message, 0, 4) // most calls send a few messages
 		ok = jsonscan.EachElem(msgsRaw, add)
 	}
 	if err != nil {

@@ -31,7 +31,7 @@ func promptTokens(t testing.TB, tok string, body []byte) int {
 
 func parseRoot(t testing.TB, body []byte) parsedBody {
 	t.Helper()
-	p, err := parseBody(bytesString(body), Fields{})
+	p, err := parseBody(bytesString(body), Fields{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,33 @@ func AppendFloat(dst []byte, f float64) []byte {
 	return dst
 }
 
+// AppendMilli appends n/1000 as AppendFloat writes float64(n)/1000 (a
+// latency in ms from its µs, say), with integer arithmetic only: the
+// quotient, then the remainder's digits without trailing zeros. Below
+// 2^43 in magnitude the exact decimal, at most three places, is the
+// shortest one that reads back as that float64; beyond, AppendFloat.
+func AppendMilli(dst []byte, n int64) []byte {
+	const exact = 1 << 43
+	if n <= -exact || n >= exact {
+		return AppendFloat(dst, float64(n)/1000)
+	}
+	if n < 0 {
+		dst = append(dst, '-')
+		n = -n
+	}
+	dst = strconv.AppendInt(dst, n/1000, 10)
+	r := n % 1000
+	if r == 0 {
+		return dst
+	}
+	digits := [3]byte{byte('0' + r/100), byte('0' + r/10%10), byte('0' + r%10)}
+	end := 3
+	for digits[end-1] == '0' {
+		end--
+	}
+	return append(append(dst, '.'), digits[:end]...)
+}
+
 // plainSafe and htmlSafe mark the bytes written as they are: printable
 // ASCII but for the quote and backslash (and, for HTML, <, > and &).
 var plainSafe, htmlSafe = safeBytes(false), safeBytes(true)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -76,6 +77,20 @@ func TestAppendFloatMatchesEncodingJSON(t *testing.T) {
 		want, _ := json.Marshal(f)
 		if got := AppendFloat(nil, f); !bytes.Equal(got, want) {
 			t.Errorf("AppendFloat(%v) = %s, want %s", f, got, want)
+		}
+	}
+}
+
+func TestAppendMilliMatchesAppendFloat(t *testing.T) {
+	ns := []int64{0, 1, 5, 10, 99, 100, 999, 1000, 1001, 1010, 1100, 1234, 12345, 999999, 1000000,
+		-1, -1000, -1234, 1<<43 - 1, -(1<<43 - 1), 1 << 43, -(1 << 43), 1 << 53, math.MaxInt64, math.MinInt64 + 1}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		ns = append(ns, r.Int64N(1<<44)-1<<43, r.Int64N(1_000_000))
+	}
+	for _, n := range ns {
+		if got, want := AppendMilli(nil, n), AppendFloat(nil, float64(n)/1000); !bytes.Equal(got, want) {
+			t.Fatalf("AppendMilli(%d) = %s, AppendFloat %s", n, got, want)
 		}
 	}
 }
