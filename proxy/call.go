@@ -37,7 +37,8 @@ type call struct {
 	s     *Server
 	st    *state
 	rt    *route
-	id    string
+	id    string // a view of idBuf
+	idBuf [36]byte
 	start time.Time
 
 	hdr    clientHeaders
@@ -86,7 +87,14 @@ type call struct {
 // handler returns the fiber handler for a route.
 func (s *Server) handler(rt *route) fiber.Handler {
 	return func(fc *fiber.Ctx) error {
-		c := &call{s: s, st: s.state.Load(), rt: rt, id: s.newRequestID(), start: time.Now()}
+		c := &call{s: s, st: s.state.Load(), rt: rt, start: time.Now()}
+		// The id lives in the call (no allocation of its own); its bytes
+		// never change, and what keeps the id keeps the call.
+		if id := s.appendRequestID(c.idBuf[:0]); len(id) <= len(c.idBuf) {
+			c.id = unsafe.String(unsafe.SliceData(id), len(id))
+		} else {
+			c.id = string(id) // not reached: the prefix is 12 bytes, the number at most 13
+		}
 		c.events = c.eventBuf[:0]
 		fc.Response().Header.SetCanonical(view("X-Request-Id"), view(c.id)) // as fasthttp writes it: no normalizing
 		if e := c.prepare(fc); e != nil {

@@ -191,7 +191,13 @@ func (s *Server) Wait(ctx context.Context) error {
 
 // newRequestID returns a process-unique request id.
 func (s *Server) newRequestID() string {
-	return s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
+	var buf [40]byte
+	return string(s.appendRequestID(buf[:0]))
+}
+
+// appendRequestID appends a new process-unique request id to dst.
+func (s *Server) appendRequestID(dst []byte) []byte {
+	return strconv.AppendUint(append(dst, s.idPrefix...), s.idSeq.Add(1), 36)
 }
 
 // fiberConfig is the config shared by both apps.
