@@ -13,7 +13,6 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/shopspring/decimal v1.6.0
-	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/tidwall/gjson v1.20.3
 	github.com/tidwall/sjson v1.2.9
 	github.com/valyala/fasthttp v1.78.0

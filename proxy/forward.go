@@ -31,8 +31,8 @@ func (c *call) forward(fc *fiber.Ctx) error {
 		if i > 0 {
 			c.failedOver = true
 		}
-		done, err := up.breaker.Allow()
-		if err != nil {
+		try, ok := up.breaker.allow()
+		if !ok {
 			last = tryResult{kind: kindOpen}
 			allTimeout = false
 			c.s.m.UpstreamErrors.WithLabelValues(up.ep.Name, kindOpen).Inc()
@@ -49,6 +49,7 @@ func (c *call) forward(fc *fiber.Ctx) error {
 		deadline := t0.Add(up.ep.Timeout)
 		var uc *upConn
 		var rest []byte
+		var err error
 		if c.stream {
 			uc, rest, err = up.streams.do(req, resp, deadline)
 		} else {
@@ -57,7 +58,7 @@ func (c *call) forward(fc *fiber.Ctx) error {
 		fasthttp.ReleaseRequest(req)
 		if err != nil {
 			kind := classifyErr(err)
-			done(err)
+			up.breaker.done(try, false)
 			fasthttp.ReleaseResponse(resp)
 			c.s.m.UpstreamErrors.WithLabelValues(up.ep.Name, kind).Inc()
 			c.s.log.Warn("upstream try failed", "request_id", c.id, "endpoint", up.ep.Name, "kind", kind, "err", err)
@@ -74,7 +75,7 @@ func (c *call) forward(fc *fiber.Ctx) error {
 		status := resp.StatusCode()
 		kind := statusKind(status)
 		if kind == "" {
-			done(nil)
+			up.breaker.done(try, true)
 			c.served = up
 			c.status = status
 			if status >= 300 {
@@ -86,11 +87,8 @@ func (c *call) forward(fc *fiber.Ctx) error {
 			}
 			return c.answer(fc, resp)
 		}
-		if kind == kindStatus429 {
-			done(nil) // a rate limit is not the endpoint being broken
-		} else {
-			done(errUpstreamStatus)
-		}
+		// A rate limit is not the endpoint being broken.
+		up.breaker.done(try, kind == kindStatus429)
 		allTimeout = allTimeout && kind == kindStatus408
 		last = tryResult{kind: kind, status: status, retryAfter: string(resp.Header.Peek("Retry-After"))}
 		if kind == kindAuth {

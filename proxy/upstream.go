@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
 	"taskgate/tasks"
@@ -24,7 +23,7 @@ type upstream struct {
 	ep         *tasks.Endpoint
 	client     *fasthttp.HostClient // plain calls
 	streams    *streamClient        // streamed calls
-	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
+	breaker    *breaker
 	pathPrefix string // the base URL's path, e.g. "/v1"
 	host       string
 	scheme     string
@@ -35,9 +34,6 @@ type upstream struct {
 	// costs less than a parse).
 	parsedURIs map[string]*fasthttp.URI
 }
-
-// errUpstreamStatus marks a try that failed on its HTTP status, for the breaker.
-var errUpstreamStatus = errors.New("upstream status")
 
 func newUpstream(ep *tasks.Endpoint, onState func(name string, open float64)) (*upstream, error) {
 	u, err := url.Parse(ep.BaseURL)
@@ -96,23 +92,11 @@ func newUpstream(ep *tasks.Endpoint, onState func(name string, open float64)) (*
 	if failures <= 0 {
 		failures = 5
 	}
-	up.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        ep.Name,
-		MaxRequests: 1,
-		Timeout:     ep.Breaker.Cooldown,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(failures) },
-		OnStateChange: func(name string, _, to gobreaker.State) {
-			if onState != nil {
-				switch to {
-				case gobreaker.StateOpen:
-					onState(name, 1)
-				case gobreaker.StateHalfOpen:
-					onState(name, 0.5)
-				default:
-					onState(name, 0)
-				}
-			}
-		},
+	name := ep.Name
+	up.breaker = newBreaker(failures, ep.Breaker.Cooldown, func(v float64) {
+		if onState != nil {
+			onState(name, v)
+		}
 	})
 	return up, nil
 }
