@@ -391,7 +391,7 @@ func (l *Limiter) grantAhead(c *Call, now, curUntil time.Time, pw *[nPeriods]per
 // admits calls from start (now or later) for leaseLife, or returns nil (no
 // room worth a lease, refused, or a store error).
 func (l *Limiter) grantLease(ctx context.Context, c *Call, now, start time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) *lease {
-	gop, rep, ok, err := l.reserveLease(ctx, now, start, pw, op, sc)
+	gop, rep, ok, err := l.reserveLease(ctx, c, now, start, pw, op, sc)
 	if err != nil || !ok {
 		return nil
 	}
@@ -410,8 +410,8 @@ func (l *Limiter) grantLease(ctx context.Context, c *Call, now, start time.Time,
 // scope sc that admits calls from start for leaseLife (no lock held): the
 // lease's reservation, held in the store until a call admitted at its end
 // could have finished, and the store's reply; ok is false when the scope's
-// room is not worth a lease.
-func (l *Limiter) reserveLease(ctx context.Context, now, start time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope) (gop reserveOp, rep reserveReply, ok bool, err error) {
+// room is not worth a lease. c gives the config limits the lease counts in.
+func (l *Limiter) reserveLease(ctx context.Context, c *Call, now, start time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope) (gop reserveOp, rep reserveReply, ok bool, err error) {
 	sc.mu.Lock()
 	n := sc.leaseSize(op)
 	sc.mu.Unlock()
@@ -419,6 +419,7 @@ func (l *Limiter) reserveLease(ctx context.Context, now, start time.Time, pw *[n
 		return gop, rep, false, nil
 	}
 	gop = *op
+	gop.limits = l.configLimits(c.Task, c.User)
 	gop.holdID = l.holdID("L")
 	gop.requests, gop.tokens, gop.money, gop.lease = n, n*op.tokens, n*op.money, true
 	gop.leaseUntil = op.leaseUntil + (start.Sub(now) + leaseLife).Milliseconds()
@@ -445,7 +446,7 @@ func (l *Limiter) newLease(c *Call, now, start time.Time, pw *[nPeriods]periodWi
 // grant reserves a lease for op's scope and admits c from it. A refused
 // grant leaves c to be reserved on its own.
 func (l *Limiter) grant(ctx context.Context, c *Call, now time.Time, pw *[nPeriods]periodWin, op *reserveOp, sc *leaseScope, version int64) (Decision, bool, error) {
-	gop, rep, ok, err := l.reserveLease(ctx, now, now, pw, op, sc)
+	gop, rep, ok, err := l.reserveLease(ctx, c, now, now, pw, op, sc)
 	if err != nil || !ok {
 		return Decision{}, false, err
 	}

@@ -345,7 +345,8 @@ func (l *Limiter) Reserve(ctx context.Context, c Call) (Decision, error) {
 		tokens:     max(c.Estimate.Tokens(), 0),
 		money:      max(c.Estimate.Money, 0),
 		cph:        c.Task.MaxCallsPerHour > 0 && c.User != "",
-		limits:     l.configLimits(c.Task, c.User),
+		// limits: set where the op goes to the store (a call admitted by a
+		// lease needs none)
 	}
 	if op.group == "" {
 		op.group = c.Task.Key
@@ -378,6 +379,7 @@ func (l *Limiter) reserveOwn(ctx context.Context, c *Call, now time.Time, pw *[n
 		err   error
 		local bool
 	)
+	op.limits = l.configLimits(c.Task, c.User)
 	// A call reserved on its own has a hold of its own (one served from a
 	// lease shares the lease's).
 	op.holdID = l.holdID("")
