@@ -61,8 +61,6 @@ type call struct {
 	estMoney         int64 // the reserved money estimate, micro-dollars
 	images           int64 // images asked for (images route)
 
-	messages    []string     // the chat messages' raw elements, as routeChecks went through them
-	messageBuf  [8]string    // their first storage
 	endpointBuf [4]*upstream // c.endpoints' first storage
 
 	decision  limits.Decision
@@ -291,13 +289,17 @@ func (c *call) routeChecks() *apiError {
 		if !msgs.IsArray() {
 			return invalidRequest("messages", "messages must be an array of message objects")
 		}
-		n := 0
-		var bad *apiError
-		c.messages = c.messageBuf[:0]
-		jsonscan.EachElem(msgs.Raw, func(m string) bool {
+		if !c.top.listed {
+			c.top.list = c.top.listBuf[:0]
+			jsonscan.EachElem(msgs.Raw, func(m string) bool {
+				c.top.addMessage(m)
+				return len(c.top.list) <= maxMessages
+			})
+			c.top.listed = true
+		}
+		for _, m := range c.top.list {
 			if jsonscan.Kind(m) != '{' {
-				bad = invalidRequest("messages", "each message must be an object")
-				return false
+				return invalidRequest("messages", "each message must be an object")
 			}
 			parts := "" // a message with no '[' has no parts list
 			if strings.IndexByte(m, '[') >= 0 {
@@ -313,21 +315,13 @@ func (c *call) routeChecks() *apiError {
 					return k <= maxParts
 				})
 				if k > maxParts {
-					bad = invalidRequest("messages", "a message has more than 1000 content parts")
-					return false
+					return invalidRequest("messages", "a message has more than 1000 content parts")
 				}
 			}
-			n++
-			c.messages = append(c.messages, m)
-			return n <= maxMessages
-		})
-		if bad != nil {
-			return bad
 		}
-		if n > maxMessages {
+		if n := len(c.top.list); n > maxMessages {
 			return invalidRequest("messages", "more than 10000 messages")
-		}
-		if n == 0 {
+		} else if n == 0 {
 			return invalidRequest("messages", "messages must not be empty")
 		}
 	case routeEmbeddings:
@@ -399,7 +393,7 @@ func (c *call) count(eps []*tasks.Endpoint) *apiError {
 		if !c.top.dups && sameBytes(c.body, c.raw) {
 			// The fields as read in place from this very body: trim does
 			// not read the top level again.
-			opt.Fields = trim.Fields{Known: true, Messages: c.top.messages.raw, Tools: c.top.tools.raw, Functions: c.top.functions.raw, MessageList: c.messages}
+			opt.Fields = trim.Fields{Known: true, Messages: c.top.messages.raw, Tools: c.top.tools.raw, Functions: c.top.functions.raw, MessageList: c.top.list}
 		}
 		res, err := trim.Chat(c.body, budgets, opt)
 		if err != nil {
@@ -682,6 +676,23 @@ type topFields struct {
 
 	needs tasks.Needs // what the fields ask for (the route's fieldNeeds; routeChecks adds the chat parts')
 	dups  bool        // a field read here is given more than once
+
+	// The elements of the messages array (at most maxMessages+1): taken
+	// by the validator (listed), or else by routeChecks.
+	list    []string
+	listBuf [8]string // list's first storage
+	listed  bool
+}
+
+// addMessage appends an element of the messages array to the list, up to
+// one more than a body may have.
+func (f *topFields) addMessage(m string) {
+	if f.list == nil {
+		f.list = f.listBuf[:0]
+	}
+	if len(f.list) <= maxMessages {
+		f.list = append(f.list, m)
+	}
 }
 
 // readChecked checks body as checkBody does (the same error) and, in the

@@ -24,6 +24,11 @@ func TestTopFieldsMatchGjson(t *testing.T) {
 		`{"input":[{"role":"user","content":"x"}],"previous_response_id":"resp_1","max_output_tokens":0}`,
 		`{"metadata":{"model":"nested only","user":"nested"},"prompt":"p","max_completion_tokens":7,"max_tokens":9}`,
 		` { "stream" : false , "messages" : [ ] } `,
+		`{"messages":[{"role":"user","content":"a"}, {"role":"user","messages":[{"x":1}],"content":[{"type":"text","text":"]"}]} ,3,"s",[1,[2]]]}`,
+		`{"m\u0065ssages":[{"a":1}],"messages":[{"b":2},{"c":3}]}`,
+		`{"messages":[{"b":2}],"messages":[{"c":3},{"d":4}]}`,
+		`{"messages":"not an array","x":[{"y":1}]}`,
+		`{"tools":[{"messages":[1]}],"messages":[{"role":"user","content":"hi"}]}`,
 	}
 	for _, body := range bodies {
 		checkTopFields(t, body)
@@ -54,6 +59,41 @@ func checkTopFields(t *testing.T, body string) {
 			got.Exists() && body[got.Index:got.Index+len(got.Raw)] != got.Raw {
 			t.Errorf("%s: field %s = %q (%v, %q, %v, at %d), gjson.Get %q (%v, %q, %v)", body, name,
 				got.Raw, got.Type, got.Str, got.Num, got.Index, want.Raw, want.Type, want.Str, want.Num)
+		}
+	}
+	// The messages' elements the validator took on its way: those of the
+	// messages field kept (the first), as gjson gives them.
+	if f.listed {
+		var want []string
+		gjson.Get(body, "messages").ForEach(func(_, v gjson.Result) bool {
+			want = append(want, v.Raw)
+			return len(want) <= maxMessages
+		})
+		if strings.Join(f.list, "\x00") != strings.Join(want, "\x00") || len(f.list) != len(want) {
+			t.Errorf("%s: messages listed %q, gjson %q", body, f.list, want)
+		}
+	}
+}
+
+// TestValidatorListsMessages checks when the validator takes the messages'
+// elements itself (checkTopFields checks what it takes).
+func TestValidatorListsMessages(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		listed int // -1: not listed
+	}{
+		{`{"model":"m","messages":[{"a":1},{"b":[2]}]}`, 2},
+		{`{"messages":[]}`, 0},
+		{`{"m\u0065ssages":[{"a":1}],"messages":[{"b":2}]}`, -1}, // the first, escaped, is kept
+		{`{"messages":{"a":1}}`, -1},
+		{`{"x":[{"messages":[1]}]}`, -1},
+	} {
+		var f topFields
+		if e := f.readChecked([]byte(tc.body), nil); e != nil {
+			t.Fatalf("%s: %s", tc.body, e.Message)
+		}
+		if got := len(f.list); f.listed != (tc.listed >= 0) || f.listed && got != tc.listed {
+			t.Errorf("%s: listed %v with %d elements, want %d", tc.body, f.listed, got, tc.listed)
 		}
 	}
 }

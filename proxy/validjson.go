@@ -38,6 +38,7 @@ type jsonValidator struct {
 	maxDepth   int
 	top        *topFields // given the outermost object's members, or nil
 	fieldNeeds fieldNeedsFunc
+	listing    bool // reading the value of the first top-level "messages": top gets its elements
 }
 
 // space skips JSON whitespace.
@@ -89,6 +90,7 @@ func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 		return i + 1
 	}
 	report := keyed && depth == 1 && v.top != nil
+	list := !keyed && depth == 2 && v.listing
 	for {
 		ks, ke := i, i
 		if keyed {
@@ -106,11 +108,22 @@ func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 			i = v.space(i + 1)
 		}
 		vs := i
+		// The chat messages' elements are taken on the way (routeChecks
+		// and trim go through them): from the first "messages" member as
+		// written plainly; another spelling leaves them to routeChecks.
+		listing := report && !v.top.listed && !v.top.messages.Exists() && v.b[i] == '[' && string(v.b[ks:ke]) == `"messages"`
+		v.listing = listing
 		if i = v.value(i, depth); i < 0 {
 			return -1
 		}
+		js := unsafe.String(unsafe.SliceData(v.b), len(v.b))
+		if listing {
+			v.listing, v.top.listed = false, true
+		}
+		if list {
+			v.top.addMessage(js[vs:i])
+		}
 		if report {
-			js := unsafe.String(unsafe.SliceData(v.b), len(v.b))
 			v.top.member(js[ks:ke], js[vs:i], vs, v.fieldNeeds)
 		}
 		i = v.space(i)
