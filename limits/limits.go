@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -575,7 +576,8 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 	now := l.now()
 	t := h.task
 	act := Usage{InputTokens: max(o.Actual.Tokens(), 0), Money: max(o.Actual.Money, 0)}
-	events, calls, other, err := l.encodeEvents(h, o.Events, now)
+	var callBuf [1][]byte // a call's one journal entry, on the stack when served from a lease
+	events, calls, other, err := l.encodeEvents(h, o.Events, now, callBuf[:0])
 	if err != nil {
 		return SettleResult{}, fmt.Errorf("settle %s: %w", t.Key, err)
 	}
@@ -597,7 +599,7 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 			actMoney:    act.Money,
 			thresholds:  t.Thresholds,
 			events:      events,
-			calls:       calls,
+			calls:       slices.Clone(calls), // not callBuf, which the store would move to the heap
 		}
 		var winOf []int
 		if h.lease == nil {
@@ -656,13 +658,23 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 
 // encodeEvents encodes the events of a settlement: those of the hold's
 // task as JSON for its two logs (events and calls: each an Encoded event
-// as it is, the others slices of one buffer), and those of other tasks
-// left as they are.
-func (l *Limiter) encodeEvents(h *Hold, evs []Event, now time.Time) (events, calls [][]byte, other []Event, err error) {
+// as it is, the others slices of one buffer; the calls log's appended to
+// calls), and those of other tasks left as they are.
+func (l *Limiter) encodeEvents(h *Hold, evs []Event, now time.Time, calls [][]byte) (events, callsOut [][]byte, other []Event, err error) {
 	t := h.task
 	var buf []byte // made for the first event that is not Encoded
-	for _, ev := range evs {
-		ev = l.fillEvent(ev, now)
+	for i := range evs {
+		if e := &evs[i]; e.Encoded != nil && (e.Task == "" || e.Task == t.Key) {
+			// Encoded already: what it holds is what goes (no copy of the Event).
+			js := e.Encoded[:len(e.Encoded):len(e.Encoded)]
+			if logOf(e.Kind) == logCalls {
+				calls = append(calls, js)
+			} else {
+				events = append(events, js)
+			}
+			continue
+		}
+		ev := l.fillEvent(evs[i], now)
 		if ev.Task == "" {
 			ev.Task = t.Key
 		}
