@@ -112,7 +112,10 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	if c.key == nil {
 		return newError(401, "invalid_api_key", "missing or invalid API key: send Authorization: Bearer <key>")
 	}
-	body := fc.Body()
+	body := fc.Request().Body()
+	if c.hdr.encoded {
+		body = fc.Body() // fiber decodes a gzip, deflate or br body (and looks for the header once more)
+	}
 	if e := c.top.readChecked(body, c.rt.fieldNeeds); e != nil {
 		return e
 	}
@@ -546,6 +549,7 @@ func bearerToken(h []byte) []byte {
 // it.
 type clientHeaders struct {
 	auth, task, user, source []byte
+	encoded                  bool // the body has a Content-Encoding
 }
 
 // read takes the first value of each header of ch from h, as a lookup by
@@ -564,6 +568,9 @@ func (ch *clientHeaders) read(h *fasthttp.RequestHeader) {
 			dst, bit = &ch.user, 4
 		case "X-Taskgate-Source":
 			dst, bit = &ch.source, 8
+		case fiber.HeaderContentEncoding:
+			ch.encoded = true
+			continue
 		default:
 			continue
 		}
