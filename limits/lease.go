@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -435,6 +436,10 @@ func (l *Limiter) newLease(c *Call, now, start time.Time, pw *[nPeriods]periodWi
 	sc.noteRoom(gop, rep, true)
 	lc := *c
 	lc.HoldSpace = nil // the lease's hold is its own, not the call's
+	// Nor does it view the call's memory, which the lease outlives (the
+	// proxy's request ids are views of the call, whose hold keeps the lease
+	// that admitted it: kept, the view chained each lease to the one before).
+	lc.RequestID = strings.Clone(lc.RequestID)
 	gd := l.decide(&lc, now, pw, gop, rep, nil, false)
 	l.startSweep()
 	return &lease{

@@ -2,10 +2,13 @@ package limits
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -570,5 +573,57 @@ func TestAheadLeaseAdmitsForAFullLife(t *testing.T) {
 		if n := admitted[ls]; n < want {
 			t.Errorf("lease %d of %d admitted %d calls, want %d or more (%v of calls every %v)", i+2, len(order), n, want, leaseLife, step)
 		}
+	}
+}
+
+// TestLeaseKeepsNoViewOfItsCaller checks that a lease keeps nothing of the
+// call that granted it. The proxy's request ids view the call's own memory,
+// which holds the call's hold and so the lease that admitted it: a lease
+// granted ahead, whose hold kept that view, chained itself to the lease
+// before it, and so on back, with every call event they had held (the
+// gateway's heap grew by each call's journal entry). Here the leases a
+// steady caller has moved on from must be collected.
+func TestLeaseKeepsNoViewOfItsCaller(t *testing.T) {
+	ls, _ := redisReplicas(t, 1, Options{})
+	l := ls[0]
+	task := bigTask("lease.noview")
+	type callMem struct {
+		id   [24]byte
+		hold Hold
+	}
+	const calls = 4000
+	var freed atomic.Int64
+	seen := map[uintptr]bool{} // the leases met, by address (a pointer would keep them)
+	for i := range calls {
+		m := new(callMem)
+		n := copy(m.id[:], fmt.Sprintf("req-%d", i))
+		d := mustReserve(t, l, Call{Task: task, User: "ann", RequestID: unsafe.String(&m.id[0], n), HoldSpace: &m.hold,
+			Estimate: Usage{InputTokens: 20, OutputTokens: 100, Money: 90}})
+		if ls := d.Hold.lease; ls != nil && !seen[uintptr(unsafe.Pointer(ls))] {
+			seen[uintptr(unsafe.Pointer(ls))] = true
+			runtime.AddCleanup(ls, func(*atomic.Int64) { freed.Add(1) }, &freed)
+		}
+		mustSettle(t, l, d.Hold, Outcome{Actual: Usage{InputTokens: 20, OutputTokens: 50, Money: 40}, Events: []Event{{Kind: "call"}}})
+	}
+	if len(seen) < 4 {
+		t.Fatalf("%d leases served %d calls; the test needs more", len(seen), calls)
+	}
+	// A call still in flight keeps the lease that admitted it, as the
+	// gateway's traffic always does; through it, the chain, if any.
+	last := new(callMem)
+	n := copy(last.id[:], "req-last")
+	d := mustReserve(t, l, Call{Task: task, User: "ann", RequestID: unsafe.String(&last.id[0], n), HoldSpace: &last.hold,
+		Estimate: Usage{InputTokens: 20, OutputTokens: 100, Money: 90}})
+	defer mustSettle(t, l, d.Hold, Outcome{})
+	// That lease, the one before (its settlement may still be running) and
+	// one granted ahead may stay; the others must go.
+	want := int64(len(seen) - 3)
+	deadline := time.Now().Add(5 * time.Second)
+	for freed.Load() < want && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := freed.Load(); got < want {
+		t.Errorf("%d of %d leases collected; want at least %d", got, len(seen), want)
 	}
 }
