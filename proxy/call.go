@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -114,7 +115,10 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	}
 	body := fc.Request().Body()
 	if c.hdr.encoded {
-		body = fc.Body() // fiber decodes a gzip, deflate or br body (and looks for the header once more)
+		var e *apiError
+		if body, e = decodedBody(fc.Request(), bodyLimitOf(c.st.cfg)); e != nil {
+			return e
+		}
 	}
 	if e := c.top.readChecked(body, c.rt.fieldNeeds); e != nil {
 		return e
@@ -541,6 +545,22 @@ func bearerToken(h []byte) []byte {
 		return bytes.TrimSpace(h[7:])
 	}
 	return nil
+}
+
+// decodedBody is the body of a request sent with a Content-Encoding,
+// decoded, and no larger than limit decoded (a small compressed body can
+// decode to gigabytes).
+func decodedBody(req *fasthttp.Request, limit int) ([]byte, *apiError) {
+	body, err := req.BodyUncompressedWithLimit(limit)
+	switch {
+	case err == nil:
+		return body, nil
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return nil, newError(413, "request_too_large", "the request body, decoded, is larger than the gateway's body_limit")
+	case errors.Is(err, fasthttp.ErrContentEncodingUnsupported):
+		return nil, invalidRequest("", fmt.Sprintf("unsupported Content-Encoding %q: gzip, deflate, br and zstd are decoded", req.Header.ContentEncoding()))
+	}
+	return nil, invalidRequest("", "the request body cannot be decoded as its Content-Encoding says: "+err.Error())
 }
 
 // clientHeaders are the request headers a call reads, found in one pass
