@@ -98,6 +98,18 @@ func TestValidatorListsMessages(t *testing.T) {
 	}
 }
 
+// TestReadCheckedRefusesCutBodies checks that bodies cut off where the
+// validator looks ahead (after a key, inside the messages) are refused,
+// not read past their end.
+func TestReadCheckedRefusesCutBodies(t *testing.T) {
+	for _, body := range []string{`{"messages":`, `{"messages": `, `{"}odel":`, `{"messages":[`, `{"messages":[{"a":1},`, `{"messages":[{"a":1}]`} {
+		var f topFields
+		if e := f.readChecked([]byte(body), nil); e == nil {
+			t.Errorf("%s: accepted", body)
+		}
+	}
+}
+
 // FuzzTopFieldsMatchGjson compares the one-pass read with gjson.Get on
 // valid JSON objects.
 func FuzzTopFieldsMatchGjson(f *testing.F) {

@@ -111,7 +111,7 @@ func (v *jsonValidator) container(i, depth int, close byte, keyed bool) int {
 		// The chat messages' elements are taken on the way (routeChecks
 		// and trim go through them): from the first "messages" member as
 		// written plainly; another spelling leaves them to routeChecks.
-		listing := report && !v.top.listed && !v.top.messages.Exists() && v.b[i] == '[' && string(v.b[ks:ke]) == `"messages"`
+		listing := report && !v.top.listed && !v.top.messages.Exists() && i < len(v.b) && v.b[i] == '[' && string(v.b[ks:ke]) == `"messages"`
 		v.listing = listing
 		if i = v.value(i, depth); i < 0 {
 			return -1
