@@ -44,6 +44,9 @@ func (u Usage) Tokens() int64 { return u.InputTokens + u.OutputTokens }
 
 // Call is one call to check and reserve.
 type Call struct {
+	// RequestID may view memory of the caller's that lives as long as the
+	// call (the proxy's does): what the Limiter keeps past the call, a
+	// lease's hold, gets a copy.
 	RequestID string
 	Task      *tasks.Task
 	User      string        // "": no user — only task windows count
@@ -659,9 +662,9 @@ func (l *Limiter) Settle(ctx context.Context, h *Hold, o Outcome) (SettleResult,
 // encodeEvents encodes the events of a settlement: those of the hold's
 // task as JSON for its two logs (events and calls: each an Encoded event
 // as it is, the others slices of one buffer; the calls log's appended to
-// calls), and those of other tasks left as they are.
-func (l *Limiter) encodeEvents(h *Hold, evs []Event, now time.Time, calls [][]byte) (events, callsOut [][]byte, other []Event, err error) {
-	t := h.task
+// callsBuf), and those of other tasks left as they are.
+func (l *Limiter) encodeEvents(h *Hold, evs []Event, now time.Time, callsBuf [][]byte) (events, calls [][]byte, other []Event, err error) {
+	t, calls := h.task, callsBuf
 	var buf []byte // made for the first event that is not Encoded
 	for i := range evs {
 		if e := &evs[i]; e.Encoded != nil && (e.Task == "" || e.Task == t.Key) {
