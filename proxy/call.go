@@ -115,8 +115,9 @@ func (c *call) prepare(fc *fiber.Ctx) *apiError {
 	}
 	body := fc.Request().Body()
 	if c.hdr.encoded {
+		// Bounded by the limit the app enforces as sent (body_limit as at start).
 		var e *apiError
-		if body, e = decodedBody(fc.Request(), bodyLimitOf(c.st.cfg)); e != nil {
+		if body, e = decodedBody(fc.Request(), fc.App().Config().BodyLimit); e != nil {
 			return e
 		}
 	}

@@ -200,17 +200,12 @@ func (s *Server) appendRequestID(dst []byte) []byte {
 	return strconv.AppendUint(append(dst, s.idPrefix...), s.idSeq.Add(1), 36)
 }
 
-// bodyLimitOf is the largest request body cfg allows, in bytes.
-func bodyLimitOf(cfg *config.Config) int {
-	if cfg.BodyLimit <= 0 {
-		return 32 << 20
-	}
-	return int(cfg.BodyLimit)
-}
-
 // fiberConfig is the config shared by both apps.
 func fiberConfig(cfg *config.Config, name string, eh fiber.ErrorHandler) fiber.Config {
-	bodyLimit := bodyLimitOf(cfg)
+	bodyLimit := int(cfg.BodyLimit)
+	if bodyLimit <= 0 {
+		bodyLimit = 32 << 20
+	}
 	readTimeout := cfg.ClientTimeout
 	if readTimeout <= 0 {
 		readTimeout = 60 * time.Second
